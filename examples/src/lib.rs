@@ -1,0 +1,1 @@
+//! Shared pieces of the example programs: progress output and timeline tables.

@@ -1,0 +1,392 @@
+//! The composer: one [`MachineProvisioner`] plus ordered software layers, each coupled or
+//! decoupled, driven to Ready by [`Composer::provision`] or one step at a time by
+//! [`Composer::reconcile`].
+//!
+//! `provision` is a loop over the same step `reconcile` takes, with deadlines and
+//! cancellation around it: there is one engine.
+
+mod fleet;
+mod provision;
+mod step;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use fleet::FleetResult;
+pub use provision::Provisioned;
+
+use crate::error::{Error, Result};
+use crate::machine::Machine;
+use crate::observe::EventSink;
+use crate::provisioner::MachineProvisioner;
+use crate::software::{CompletionCheck, Mode, SoftwareProvisioner};
+use crate::spec::MachineSpec;
+use crate::transport::Connector;
+use crate::user_data::{self, UserData};
+
+/// What to do with a machine whose provisioning failed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailurePolicy {
+    /// Leave it for someone to look at (the default: evidence is worth more than the
+    /// cost of a machine for a while).
+    #[default]
+    KeepForDebugging,
+    /// Deprovision it before returning the error.
+    DeleteOnFailure,
+}
+
+/// How long each phase may take. Every deadline must be greater than zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deadlines {
+    /// From the start until the provider has accepted the machine.
+    #[serde(with = "humantime_serde")]
+    pub create: Duration,
+    /// From creation until the provider reports it running.
+    #[serde(with = "humantime_serde")]
+    pub boot: Duration,
+    /// From running until every layer is done (reachability included).
+    #[serde(with = "humantime_serde")]
+    pub bootstrap: Duration,
+    /// From the start of a deprovision until the machine is gone.
+    #[serde(with = "humantime_serde")]
+    pub delete: Duration,
+}
+
+impl Default for Deadlines {
+    /// 2 minutes to create, 10 to boot, 20 to bootstrap, 10 to delete.
+    fn default() -> Self {
+        Deadlines {
+            create: Duration::from_secs(120),
+            boot: Duration::from_secs(600),
+            bootstrap: Duration::from_secs(1200),
+            delete: Duration::from_secs(600),
+        }
+    }
+}
+
+/// How the composer drives machines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComposerSettings {
+    /// Per-phase deadlines for `provision` and `deprovision`.
+    #[serde(default)]
+    pub deadlines: Deadlines,
+    /// How long to wait before looking again at a machine that is booting, unreachable
+    /// or still bootstrapping. Must be greater than zero.
+    #[serde(default = "default_poll", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// What `provision` does with a machine that failed.
+    #[serde(default)]
+    pub on_failure: FailurePolicy,
+}
+
+fn default_poll() -> Duration {
+    Duration::from_secs(2)
+}
+
+impl Default for ComposerSettings {
+    fn default() -> Self {
+        ComposerSettings {
+            deadlines: Deadlines::default(),
+            poll_interval: default_poll(),
+            on_failure: FailurePolicy::default(),
+        }
+    }
+}
+
+impl ComposerSettings {
+    /// Reads settings from YAML (durations such as `90s` or `5m`) and validates them.
+    pub fn from_yaml(yaml: &str) -> Result<Self> {
+        let s: ComposerSettings = crate::spec::from_yaml(yaml)?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Refuses zero durations, naming the field.
+    pub fn validate(&self) -> Result<()> {
+        let d = &self.deadlines;
+        for (field, value) in [
+            ("deadlines.create", d.create),
+            ("deadlines.boot", d.boot),
+            ("deadlines.bootstrap", d.bootstrap),
+            ("deadlines.delete", d.delete),
+            ("poll_interval", self.poll_interval),
+        ] {
+            if value.is_zero() {
+                return Err(Error::invalid_spec(field, "must be greater than zero"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// When to look at a machine again, as kube-runtime's `Action` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Reconcile again after this long (zero: at once, progress was made).
+    Requeue(Duration),
+    /// Nothing to do until something changes (Ready, Failed, or gone).
+    AwaitChange,
+}
+
+/// The outcome of one reconcile step.
+#[derive(Debug, Clone)]
+pub struct Reconciled {
+    /// The machine as seen after the step, with the composer's phase and conditions;
+    /// `None` when there is no machine (after a deletion).
+    pub machine: Option<Machine>,
+    /// When to look again.
+    pub action: Action,
+}
+
+/// A software layer and the mode it is applied in.
+#[derive(Clone)]
+pub struct Layer {
+    /// The software.
+    pub software: Arc<dyn SoftwareProvisioner>,
+    /// How it reaches the machine.
+    pub mode: Mode,
+}
+
+impl fmt::Debug for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({})", self.software.name(), self.mode)
+    }
+}
+
+/// Chains a machine provisioner with software layers. Cheap to share behind an `Arc`;
+/// every method takes `&self`.
+pub struct Composer {
+    provider: Arc<dyn MachineProvisioner>,
+    layers: Vec<Layer>,
+    connector: Option<Arc<dyn Connector>>,
+    completion: Option<Arc<dyn CompletionCheck>>,
+    settings: ComposerSettings,
+    events: EventSink,
+}
+
+impl fmt::Debug for Composer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Composer")
+            .field("provider", &self.provider.to_string())
+            .field("layers", &self.layers)
+            .field("connector", &self.connector.is_some())
+            .field("completion", &self.completion.is_some())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// Builds a [`Composer`]; [`ComposerBuilder::build`] checks the combination.
+pub struct ComposerBuilder {
+    provider: Arc<dyn MachineProvisioner>,
+    layers: Vec<Layer>,
+    connector: Option<Arc<dyn Connector>>,
+    completion: Option<Arc<dyn CompletionCheck>>,
+    settings: ComposerSettings,
+    events: Option<EventSink>,
+}
+
+impl ComposerBuilder {
+    /// Adds a layer applied in `mode`, after the layers already added.
+    pub fn layer(mut self, mode: Mode, software: Arc<dyn SoftwareProvisioner>) -> Self {
+        self.layers.push(Layer { software, mode });
+        self
+    }
+
+    /// Adds a coupled layer.
+    pub fn coupled(self, software: Arc<dyn SoftwareProvisioner>) -> Self {
+        self.layer(Mode::Coupled, software)
+    }
+
+    /// Adds a decoupled layer.
+    pub fn decoupled(self, software: Arc<dyn SoftwareProvisioner>) -> Self {
+        self.layer(Mode::Decoupled, software)
+    }
+
+    /// Sets how transports to running machines are opened (needed for decoupled layers
+    /// and completion checks).
+    pub fn connector(mut self, connector: Arc<dyn Connector>) -> Self {
+        self.connector = Some(connector);
+        self
+    }
+
+    /// Sets how completion of coupled software is observed. Without one, a machine with
+    /// only coupled layers is Ready as soon as it runs: the composer cannot see inside it.
+    pub fn completion(mut self, check: Arc<dyn CompletionCheck>) -> Self {
+        self.completion = Some(check);
+        self
+    }
+
+    /// Sets deadlines, poll interval and failure policy.
+    pub fn settings(mut self, settings: ComposerSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Sends progress events to `events` (share one sink between composers to see a
+    /// whole fleet in one stream).
+    pub fn events(mut self, events: EventSink) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// Checks that every layer supports its mode, layer names are unique, decoupled
+    /// layers and completion checks have a connector, and coupled layers have a provider
+    /// that takes user data. Errors name the layer (`layers[i]`).
+    pub fn build(self) -> Result<Composer> {
+        self.settings.validate().map_err(|e| e.within("settings"))?;
+        let caps = self.provider.capabilities();
+        let mut names = std::collections::HashSet::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let name = layer.software.name();
+            let field = format!("layers[{i}]");
+            if !layer.software.supports(layer.mode) {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!("layer {name:?} cannot be applied {}", layer.mode),
+                ));
+            }
+            if !names.insert(name) {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!("layer name {name:?} is used twice"),
+                ));
+            }
+            match layer.mode {
+                Mode::Decoupled if self.connector.is_none() => {
+                    return Err(Error::invalid_spec(
+                        field,
+                        format!("decoupled layer {name:?} needs a connector to reach machines"),
+                    ));
+                }
+                Mode::Coupled if caps.user_data.is_none() => {
+                    return Err(Error::invalid_spec(
+                        field,
+                        format!(
+                            "coupled layer {name:?}: {} cannot deliver user data",
+                            self.provider
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if self.completion.is_some() && self.connector.is_none() {
+            return Err(Error::invalid_spec(
+                "completion",
+                "a completion check needs a connector to reach machines",
+            ));
+        }
+        Ok(Composer {
+            provider: self.provider,
+            layers: self.layers,
+            connector: self.connector,
+            completion: self.completion,
+            settings: self.settings,
+            events: self.events.unwrap_or_default(),
+        })
+    }
+}
+
+impl Composer {
+    /// Starts building a composer around `provider`.
+    pub fn builder(provider: Arc<dyn MachineProvisioner>) -> ComposerBuilder {
+        ComposerBuilder {
+            provider,
+            layers: Vec::new(),
+            connector: None,
+            completion: None,
+            settings: ComposerSettings::default(),
+            events: None,
+        }
+    }
+
+    /// The machine provisioner.
+    pub fn provider(&self) -> &Arc<dyn MachineProvisioner> {
+        &self.provider
+    }
+
+    /// The layers, in order.
+    pub fn layers(&self) -> &[Layer] {
+        &self.layers
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ComposerSettings {
+        &self.settings
+    }
+
+    /// The progress event sink; call `subscribe` on it.
+    pub fn events(&self) -> &EventSink {
+        &self.events
+    }
+
+    fn coupled(&self) -> impl Iterator<Item = &Layer> {
+        self.layers.iter().filter(|l| l.mode == Mode::Coupled)
+    }
+
+    fn decoupled(&self) -> impl Iterator<Item = &Layer> {
+        self.layers.iter().filter(|l| l.mode == Mode::Decoupled)
+    }
+
+    /// The user data `spec`'s machine will be created with: every coupled layer's parts
+    /// in order, then the completion check's, joined (MIME multipart when more than one)
+    /// and fitted to the provider's budget (gzip when over it and accepted). Data that
+    /// still does not fit is an invalid-spec error here, before any API call.
+    pub fn user_data(&self, spec: &MachineSpec) -> Result<Option<UserData>> {
+        let mut parts = Vec::new();
+        for layer in self.coupled() {
+            let name = layer.software.name();
+            parts.extend(
+                layer
+                    .software
+                    .user_data_parts(spec)
+                    .map_err(|e| e.context(format_args!("layer {name}")))?,
+            );
+        }
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        if let Some(check) = &self.completion {
+            parts.extend(check.user_data_parts());
+        }
+        let Some(assembled) = user_data::assemble(&parts)? else {
+            return Ok(None);
+        };
+        let Some(delivery) = &self.provider.capabilities().user_data else {
+            return Err(Error::invalid_spec(
+                "userData",
+                format!("{} cannot deliver user data", self.provider),
+            ));
+        };
+        user_data::fit(assembled, &parts, delivery).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn zero_and_negative_durations_are_refused() {
+        let e = ComposerSettings::from_yaml(
+            "deadlines: {create: 0s, boot: 1m, bootstrap: 1m, delete: 1m}\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("deadlines.create"));
+        let e = ComposerSettings::from_yaml("poll_interval: 0s\n").unwrap_err();
+        assert_eq!(e.field(), Some("poll_interval"));
+        let e = ComposerSettings::from_yaml("poll_interval: -5s\n").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+        assert!(e.to_string().contains("line 1"), "{e}");
+        let ok = ComposerSettings::from_yaml("poll_interval: 500ms\non_failure: DeleteOnFailure\n")
+            .unwrap();
+        assert_eq!(ok.poll_interval, Duration::from_millis(500));
+    }
+}

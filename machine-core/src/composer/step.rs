@@ -1,0 +1,277 @@
+//! The one step both `reconcile` and `provision` take: look at the machine as it is now
+//! and move it one action toward Ready.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use super::{Action, Composer, Reconciled};
+use crate::error::{Error, ErrorKind, Result};
+use crate::machine::{Machine, Phase, ProviderId};
+use crate::name::MachineName;
+use crate::observe::{Timeline, TimelineRecorder};
+use crate::software::Completion;
+use crate::spec::MachineSpec;
+use crate::transport::Transport;
+use crate::user_data::UserData;
+
+/// What a caller of `step` remembers between steps. `reconcile` starts from nothing each
+/// time (level-triggered); `provision` keeps it to save calls and connections.
+pub(crate) struct StepState {
+    user_data: Option<Option<UserData>>,
+    provider_id: Option<ProviderId>,
+    transport: Option<Arc<dyn Transport>>,
+    layers_done: usize,
+    completion_done: bool,
+    last_phase: Option<Phase>,
+    pub(crate) timeline: TimelineRecorder,
+}
+
+impl StepState {
+    pub(crate) fn new() -> Self {
+        StepState {
+            user_data: None,
+            provider_id: None,
+            transport: None,
+            layers_done: 0,
+            completion_done: false,
+            last_phase: None,
+            timeline: TimelineRecorder::start(),
+        }
+    }
+
+    pub(crate) fn timeline(&self) -> &Timeline {
+        &self.timeline.timeline
+    }
+}
+
+impl Composer {
+    /// Takes one step toward Ready for `spec`'s machine and says when to look again.
+    ///
+    /// Level-triggered: it looks at the machine as the provider reports it now. With no
+    /// machine it renders the user data (refusing what does not fit before any API call)
+    /// and creates one; while it boots it asks to be requeued after the poll interval;
+    /// once it runs it connects, checks coupled completion, and applies at most one
+    /// decoupled layer that is not yet applied. It never waits for a machine to boot, so
+    /// a controller never parks a worker on it.
+    ///
+    /// Errors decide the requeue, as in kube-runtime: retryable kinds are worth trying
+    /// again; a permanent one (a layer's command failed) needs a change first.
+    pub async fn reconcile(&self, spec: &MachineSpec) -> Result<Reconciled> {
+        spec.validate()?;
+        self.step(spec, &mut StepState::new())
+            .instrument(tracing::info_span!("reconcile", machine = %spec.name))
+            .await
+    }
+
+    /// Takes one step toward `name`'s machine being gone: deletes it if it exists and is
+    /// not already going; `machine` is `None` once it is gone.
+    pub async fn reconcile_deletion(&self, name: &MachineName) -> Result<Reconciled> {
+        let Some(m) = self.provider.find(name).await? else {
+            return Ok(Reconciled {
+                machine: None,
+                action: Action::AwaitChange,
+            });
+        };
+        if m.phase != Phase::Deleting {
+            self.provider.delete(&m.provider_id).await?;
+            self.events.emit(name, Phase::Deleting, || {
+                format!("deleting {}", m.provider_id)
+            });
+        }
+        let machine = match self.provider.get(&m.provider_id).await {
+            Ok(m) if m.phase == Phase::Deleted => None,
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let action = match machine {
+            Some(_) => Action::Requeue(self.settings.poll_interval),
+            None => {
+                self.events
+                    .emit(name, Phase::Deleted, || "deleted".to_owned());
+                Action::AwaitChange
+            }
+        };
+        Ok(Reconciled { machine, action })
+    }
+
+    pub(crate) async fn step(&self, spec: &MachineSpec, st: &mut StepState) -> Result<Reconciled> {
+        if st.user_data.is_none() {
+            st.user_data = Some(self.user_data(spec)?);
+        }
+        let observed = match &st.provider_id {
+            Some(id) => match self.provider.get(id).await {
+                Ok(m) if m.phase != Phase::Deleted => Some(m),
+                Ok(_) => None,
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            },
+            None => self.provider.find(&spec.name).await?,
+        };
+        let mut m = match observed {
+            Some(m) => m,
+            None => {
+                let user_data = st.user_data.as_ref().and_then(Option::as_ref);
+                let m = self
+                    .provider
+                    .create(spec, user_data)
+                    .instrument(tracing::info_span!("create"))
+                    .await?;
+                self.events
+                    .emit(&spec.name, m.phase, || format!("created {}", m.provider_id));
+                m
+            }
+        };
+        st.timeline.mark(|t| &mut t.created);
+        st.provider_id = Some(m.provider_id.clone());
+
+        let action = match m.phase {
+            Phase::Pending | Phase::Provisioning | Phase::Deleting => {
+                Action::Requeue(self.settings.poll_interval)
+            }
+            Phase::Deleted => Action::Requeue(Duration::ZERO),
+            Phase::Failed => Action::AwaitChange,
+            Phase::Provisioned | Phase::Bootstrapping | Phase::Ready => {
+                st.timeline.mark(|t| &mut t.running);
+                m.set_condition(
+                    "InfrastructureReady",
+                    true,
+                    "Running",
+                    "the provider reports the machine running",
+                );
+                self.bootstrap_step(&mut m, st)
+                    .instrument(tracing::info_span!("bootstrap"))
+                    .await?
+            }
+        };
+        if m.phase == Phase::Ready {
+            st.timeline.mark(|t| &mut t.ready);
+        }
+        if st.last_phase != Some(m.phase) {
+            st.last_phase = Some(m.phase);
+            tracing::debug!(machine = %m.name, phase = %m.phase, "phase");
+            self.events.emit(&m.name, m.phase, || match &m.failure {
+                Some(f) => format!("{}: {}", f.reason, f.message),
+                None => format!("phase {}", m.phase),
+            });
+        }
+        Ok(Reconciled {
+            machine: Some(m),
+            action,
+        })
+    }
+
+    /// Software steps on a running machine; sets `m`'s phase to Bootstrapping or Ready.
+    async fn bootstrap_step(&self, m: &mut Machine, st: &mut StepState) -> Result<Action> {
+        let has_coupled = self.coupled().next().is_some();
+        let check = self.completion.as_ref().filter(|_| has_coupled);
+        let decoupled: Vec<_> = self.decoupled().collect();
+        if check.is_none() && decoupled.is_empty() {
+            m.phase = Phase::Ready;
+            return Ok(Action::AwaitChange);
+        }
+        m.phase = Phase::Bootstrapping;
+        let Some(connector) = &self.connector else {
+            // build() refuses decoupled layers and checks without a connector.
+            return Err(Error::permanent("no connector configured"));
+        };
+        let transport = match &st.transport {
+            Some(t) => t.clone(),
+            None => match connector.connect(m).await {
+                Ok(t) => {
+                    st.timeline.mark(|t| &mut t.reachable);
+                    st.transport = Some(t.clone());
+                    t
+                }
+                Err(e) if e.is_retryable() => {
+                    m.set_condition("Reachable", false, "Unreachable", e.to_string());
+                    return Ok(Action::Requeue(self.settings.poll_interval));
+                }
+                Err(e) => return Err(e.context(format_args!("connecting to {}", m.name))),
+            },
+        };
+        m.set_condition(
+            "Reachable",
+            true,
+            "Connected",
+            "a transport reached the machine",
+        );
+
+        if let Some(check) = check.filter(|_| !st.completion_done) {
+            match check.check(m, transport.as_ref()).await {
+                Ok(Completion::Done) => {
+                    st.completion_done = true;
+                    m.set_condition(
+                        "BootstrapComplete",
+                        true,
+                        "Complete",
+                        "coupled software finished",
+                    );
+                }
+                Ok(Completion::Pending) => {
+                    m.set_condition(
+                        "BootstrapComplete",
+                        false,
+                        "Waiting",
+                        "coupled software still running",
+                    );
+                    return Ok(Action::Requeue(self.settings.poll_interval));
+                }
+                Ok(Completion::Failed(message)) => {
+                    m.set_condition("BootstrapComplete", false, "Failed", message.clone());
+                    m.fail("BootstrapFailed", message);
+                    return Ok(Action::AwaitChange);
+                }
+                Err(e) => return self.transport_error(m, st, e),
+            }
+        }
+
+        for layer in decoupled.iter().skip(st.layers_done) {
+            let name = layer.software.name();
+            let condition = format!("LayerApplied/{name}");
+            let applied = match layer.software.is_applied(m, transport.as_ref()).await {
+                Ok(applied) => applied,
+                Err(e) => return self.transport_error(m, st, e),
+            };
+            if applied {
+                st.layers_done += 1;
+                m.set_condition(&condition, true, "Applied", "already applied");
+                continue;
+            }
+            let applied = layer
+                .software
+                .apply(m, transport.as_ref())
+                .instrument(tracing::info_span!("layer", layer = name))
+                .await;
+            if let Err(e) = applied {
+                m.set_condition(&condition, false, "ApplyFailed", e.to_string());
+                return self.transport_error(m, st, e.context(format_args!("layer {name}")));
+            }
+            st.layers_done += 1;
+            m.set_condition(&condition, true, "Applied", "applied");
+            self.events.emit(&m.name, Phase::Bootstrapping, || {
+                format!("layer {name} applied")
+            });
+            // One action per step: come back at once for the next layer.
+            if st.layers_done < decoupled.len() {
+                return Ok(Action::Requeue(Duration::ZERO));
+            }
+        }
+        m.phase = Phase::Ready;
+        Ok(Action::AwaitChange)
+    }
+
+    /// A retryable error on the transport drops the connection and requeues; any other
+    /// error is the step's error.
+    fn transport_error(&self, m: &mut Machine, st: &mut StepState, e: Error) -> Result<Action> {
+        if e.is_retryable() {
+            st.transport = None;
+            m.set_condition("Reachable", false, "ConnectionLost", e.to_string());
+            Ok(Action::Requeue(self.settings.poll_interval))
+        } else {
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The one error type of the library, classified by [`ErrorKind`].
+//!
+//! Providers map their wire errors onto these kinds; the retry machinery
+//! ([`crate::retry`]) and the composer decide what to do from the kind alone.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What went wrong, in the terms a caller acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A passing fault (a reset connection, a 5xx, an unreachable host): retried.
+    Transient,
+    /// The remote asked us to slow down; [`Error::retry_after`] may say for how long: retried.
+    Throttled,
+    /// A fault that will not go away by itself: never retried.
+    Permanent,
+    /// The request is wrong; [`Error::field`] names the offending field: never retried.
+    InvalidSpec,
+    /// The object does not exist (or no longer does).
+    NotFound,
+    /// The object exists in a state that conflicts with the request.
+    Conflict,
+    /// Credentials are missing, wrong or lack a permission.
+    Unauthorized,
+    /// An account limit stops the request (instances, vCPUs, addresses).
+    QuotaExceeded,
+    /// A deadline passed before the work finished.
+    Timeout,
+    /// The caller cancelled the work.
+    Cancelled,
+}
+
+impl ErrorKind {
+    /// Whether an error of this kind may succeed when tried again unchanged.
+    ///
+    /// Only [`ErrorKind::Transient`] and [`ErrorKind::Throttled`] are.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, ErrorKind::Transient | ErrorKind::Throttled)
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Transient => "transient",
+            ErrorKind::Throttled => "throttled",
+            ErrorKind::Permanent => "permanent",
+            ErrorKind::InvalidSpec => "invalid spec",
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::QuotaExceeded => "quota exceeded",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An error of the library: a kind, a message, and where relevant the field at fault,
+/// a retry hint and the underlying cause.
+///
+/// Display shows `kind: message` and, for invalid specs, the field path
+/// (`invalid spec: spec.name: must be a DNS label`). Messages never carry secrets:
+/// constructors take what callers give them, and every secret in this library is a
+/// [`crate::SecretString`] that cannot be formatted.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    field: Option<String>,
+    retry_after: Option<Duration>,
+    source: Option<Source>,
+}
+
+/// The result type of the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            field: None,
+            retry_after: None,
+            source: None,
+        }
+    }
+
+    /// A passing fault, worth retrying.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Transient, message)
+    }
+
+    /// A throttling answer; `retry_after` is the delay the remote asked for, if it said.
+    pub fn throttled(message: impl Into<String>, retry_after: Option<Duration>) -> Self {
+        let mut e = Self::new(ErrorKind::Throttled, message);
+        e.retry_after = retry_after;
+        e
+    }
+
+    /// A fault that retrying will not cure.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Permanent, message)
+    }
+
+    /// A request that is wrong at `field` (a dotted path such as `spec.labels.team`).
+    pub fn invalid_spec(field: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut e = Self::new(ErrorKind::InvalidSpec, message);
+        e.field = Some(field.into());
+        e
+    }
+
+    /// The named object does not exist.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+
+    /// A deadline passed.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Timeout, message)
+    }
+
+    /// The caller cancelled.
+    pub fn cancelled(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Cancelled, message)
+    }
+
+    /// Attaches the underlying cause, kept for [`std::error::Error::source`].
+    pub fn with_source(mut self, source: impl Into<Source>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Sets the field path (for kinds other than invalid spec too, such as a quota on a field).
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// Prefixes the field path with `parent`, so that a nested validator's `name`
+    /// becomes `machines[3].name`.
+    pub fn within(mut self, parent: &str) -> Self {
+        self.field = Some(match self.field.take() {
+            Some(f) if f.starts_with('[') => format!("{parent}{f}"),
+            Some(f) => format!("{parent}.{f}"),
+            None => parent.to_owned(),
+        });
+        self
+    }
+
+    /// Prefixes the message with context, keeping kind, field and source.
+    pub fn context(mut self, context: impl fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+
+    /// The kind of the error.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message, without kind or field.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The field path at fault, for invalid specs and some quota errors.
+    pub fn field(&self) -> Option<&str> {
+        self.field.as_deref()
+    }
+
+    /// The delay the remote asked for before a retry, for throttled errors.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// Shorthand for `self.kind().is_retryable()`.
+    pub fn is_retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.kind)?;
+        if let Some(field) = &self.field {
+            write!(f, "{field}: ")?;
+        }
+        f.write_str(&self.message)?;
+        if let Some(after) = self.retry_after {
+            write!(f, " (retry after {})", humantime::format_duration(after))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_transient_and_throttled_are_retryable() {
+        let retryable: Vec<_> = [
+            ErrorKind::Transient,
+            ErrorKind::Throttled,
+            ErrorKind::Permanent,
+            ErrorKind::InvalidSpec,
+            ErrorKind::NotFound,
+            ErrorKind::Conflict,
+            ErrorKind::Unauthorized,
+            ErrorKind::QuotaExceeded,
+            ErrorKind::Timeout,
+            ErrorKind::Cancelled,
+        ]
+        .into_iter()
+        .filter(|k| k.is_retryable())
+        .collect();
+        assert_eq!(retryable, [ErrorKind::Transient, ErrorKind::Throttled]);
+    }
+
+    #[test]
+    fn display_names_kind_field_and_retry_hint() {
+        let e = Error::invalid_spec("name", "must be a DNS label").within("machines[2]");
+        assert_eq!(
+            e.to_string(),
+            "invalid spec: machines[2].name: must be a DNS label"
+        );
+        let t = Error::throttled("slow down", Some(Duration::from_secs(2)));
+        assert_eq!(t.to_string(), "throttled: slow down (retry after 2s)");
+    }
+}

@@ -1,0 +1,87 @@
+//! # machine-core
+//!
+//! Machines apart from their software. A [`MachineProvisioner`] knows one infrastructure
+//! (EC2, vSphere, a Redfish BMC, the in-memory [`sim`]) and nothing about what runs on
+//! its machines; a [`SoftwareProvisioner`] knows what to put on a machine and nothing
+//! about where it came from. A [`Composer`] chains them:
+//!
+//! - **coupled**: the software is rendered into user data and injected when the machine
+//!   is created (cloud-init, a shell script);
+//! - **decoupled**: the machine boots bare and the software is applied over a
+//!   [`Transport`] (SSH) once it is reachable;
+//! - **mixed**: some layers one way, some the other, on one machine.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
+//! use machine_core::steps::{Step, StepLayer};
+//! use machine_core::{CancellationToken, Composer, MachineName, MachineSpec, Phase};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> machine_core::Result<()> {
+//! let cloud = SimCloud::new();
+//! let provider = Arc::new(SimProvider::new(cloud.clone(), SimConfig::default())?);
+//! let base = StepLayer::new("base", vec![Step::write_file("/etc/motd", "hello\n")])?;
+//! let app = StepLayer::new("app", vec![Step::run("systemctl restart app")])?;
+//! let composer = Composer::builder(provider)
+//!     .coupled(Arc::new(base))   // in user data at creation
+//!     .decoupled(Arc::new(app))  // over the transport after boot
+//!     .connector(Arc::new(SimConnector::new(cloud.clone())))
+//!     .build()?;
+//! let spec = MachineSpec::new(MachineName::new("web-1")?);
+//! let done = composer.provision(&spec, &CancellationToken::new()).await?;
+//! assert_eq!(done.machine.phase, Phase::Ready);
+//! let host = cloud.host(&done.machine.provider_id).unwrap();
+//! assert_eq!(host.commands.last().unwrap(), "systemctl restart app");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Providers prove themselves with the [`conformance`] suite; [`decorators`] add
+//! retries, rate limits and injected faults to any provider.
+
+mod capabilities;
+mod composer;
+pub mod conformance;
+pub mod decorators;
+mod error;
+mod machine;
+mod name;
+mod observe;
+mod provisioner;
+pub mod retry;
+pub mod sim;
+mod software;
+mod spec;
+pub mod steps;
+mod transport;
+pub mod user_data;
+
+pub use capabilities::{Capabilities, PowerOp, PowerOperations, SizeBasis, UserDataDelivery};
+pub use composer::{
+    Action, Composer, ComposerBuilder, ComposerSettings, Deadlines, FailurePolicy, FleetResult,
+    Layer, Provisioned, Reconciled,
+};
+pub use error::{Error, ErrorKind, Result};
+pub use machine::{
+    Access, Address, AddressKind, Condition, Failure, Labels, Machine, NodeRef, Phase, ProviderId,
+    SshEndpoint,
+};
+pub use name::{MachineName, check_dns_label};
+pub use observe::{EventSink, ProgressEvent, Timeline};
+pub use provisioner::{MachineProvisioner, unsupported_power_op};
+pub use retry::RetryPolicy;
+pub use software::{
+    CAPI_SENTINEL, Completion, CompletionCheck, Mode, SentinelFile, SoftwareProvisioner,
+};
+pub use spec::{FleetSpec, MachineSpec, SshAccess, check_unique_names};
+pub use transport::{
+    Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, Transport,
+};
+pub use user_data::{ContentEncoding, UserData, UserDataFormat, UserDataPart};
+
+/// Secrets: values that Debug, Display and tracing never show. Re-exported from
+/// `secrecy` so every crate of the project uses the same type.
+pub use secrecy::{ExposeSecret, SecretString};
+/// Cancellation for [`Composer::provision`] and friends, re-exported from `tokio-util`.
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,111 @@
+//! The infrastructure half: [`MachineProvisioner`] knows one infrastructure and nothing
+//! about the software that will run on its machines.
+
+use async_trait::async_trait;
+
+use crate::capabilities::{Capabilities, PowerOp};
+use crate::error::{Error, Result};
+use crate::machine::{Labels, Machine, ProviderId};
+use crate::name::MachineName;
+use crate::spec::MachineSpec;
+use crate::user_data::UserData;
+
+/// Creates, finds and deletes machines on one infrastructure.
+///
+/// The contract, which [`crate::conformance`] checks for any implementation:
+/// - **Identity**: a machine is named by the caller. `create` with a name that already
+///   exists returns the existing machine (adoption) and never makes a second one.
+///   Implementations tag what they create with the name and an owner so that a new
+///   process, after a crash, finds it again with [`MachineProvisioner::find`]. The
+///   provider, not a local file, is the source of truth.
+/// - **Non-blocking**: `create` and `delete` start the work and return; callers observe
+///   progress with [`MachineProvisioner::get`]. No method waits for a machine to boot.
+/// - **Idempotent delete**: deleting a machine that is gone succeeds.
+/// - **Errors** carry an [`crate::ErrorKind`]; only transient and throttled ones are
+///   worth retrying. Implementations do not retry on their own beyond what their wire
+///   client does for a single request; retrying is [`crate::decorators::Retrying`]'s job.
+#[async_trait]
+pub trait MachineProvisioner: Send + Sync + std::fmt::Display {
+    /// What this provider can do; cheap, and constant for the provider's life.
+    fn capabilities(&self) -> &Capabilities;
+
+    /// Creates a machine for `spec` with `user_data`, or returns the existing machine
+    /// of that name. The user data has already been checked against
+    /// [`Capabilities::user_data`] by the caller; implementations check it again and refuse
+    /// data over their limit before any API call.
+    async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine>;
+
+    /// The machine with `id` as it is now; a not-found error when there is none.
+    /// A machine that is gone may be reported in phase `Deleted` for a while.
+    async fn get(&self, id: &ProviderId) -> Result<Machine>;
+
+    /// The machine named `name` owned by this provider instance's owner, unless it is
+    /// deleted. This is how a restarted process adopts what an earlier one made.
+    async fn find(&self, name: &MachineName) -> Result<Option<Machine>>;
+
+    /// Every machine of this owner whose labels include all of `selector`, deleted ones
+    /// excluded, in name order.
+    async fn list(&self, selector: &Labels) -> Result<Vec<Machine>>;
+
+    /// Starts deleting the machine with `id`. Succeeds when it is already gone.
+    async fn delete(&self, id: &ProviderId) -> Result<()>;
+
+    /// The user data the machine was created with, where the provider can show it
+    /// (`Ok(None)` where it cannot).
+    async fn user_data(&self, id: &ProviderId) -> Result<Option<UserData>>;
+
+    /// Runs a power operation; a permanent error when [`Capabilities::power`] lacks it.
+    async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()>;
+
+    /// The machine's console output, where [`Capabilities::console_output`] says so.
+    async fn console_output(&self, id: &ProviderId) -> Result<Option<String>>;
+}
+
+/// The error a provider returns for a power operation it does not support.
+pub fn unsupported_power_op(provider: &dyn std::fmt::Display, op: PowerOp) -> Error {
+    Error::permanent(format!(
+        "{provider} does not support power operation {op:?}"
+    ))
+}
+
+/// A shared provider is a provider, so `Arc<dyn MachineProvisioner>` can be wrapped by
+/// decorators and handed to several composers.
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<P: MachineProvisioner + ?Sized> MachineProvisioner for std::sync::Arc<P> {
+    fn capabilities(&self) -> &Capabilities {
+        (**self).capabilities()
+    }
+
+    async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
+        (**self).create(spec, user_data).await
+    }
+
+    async fn get(&self, id: &ProviderId) -> Result<Machine> {
+        (**self).get(id).await
+    }
+
+    async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
+        (**self).find(name).await
+    }
+
+    async fn list(&self, selector: &Labels) -> Result<Vec<Machine>> {
+        (**self).list(selector).await
+    }
+
+    async fn delete(&self, id: &ProviderId) -> Result<()> {
+        (**self).delete(id).await
+    }
+
+    async fn user_data(&self, id: &ProviderId) -> Result<Option<UserData>> {
+        (**self).user_data(id).await
+    }
+
+    async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
+        (**self).power(id, op).await
+    }
+
+    async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {
+        (**self).console_output(id).await
+    }
+}

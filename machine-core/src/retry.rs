@@ -1,0 +1,177 @@
+//! Retrying transient and throttled errors with capped exponential backoff and jitter.
+//!
+//! One policy type for every retry in the project: the [`crate::decorators::Retrying`]
+//! decorator, provider wire clients and SSH connects all take a [`RetryPolicy`].
+
+use std::future::Future;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
+
+use crate::error::{Error, Result};
+
+/// How to retry: capped exponential backoff with full jitter, for retryable errors only.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts after the first; 0 disables retrying.
+    pub max_retries: usize,
+    /// The delay before the first retry (before jitter).
+    pub initial_delay: Duration,
+    /// The largest delay between two attempts.
+    pub max_delay: Duration,
+    /// The growth factor between delays.
+    pub factor: f32,
+    /// Add random jitter to each delay so that many clients do not retry in step.
+    pub jitter: bool,
+}
+
+impl Default for RetryPolicy {
+    /// Five retries from 200 ms, doubling, capped at 10 s, with jitter.
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 5,
+            initial_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(10),
+            factor: 2.0,
+            jitter: true,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The successive delays this policy would wait (with jitter when enabled).
+    pub fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
+        self.builder().build()
+    }
+
+    fn builder(&self) -> ExponentialBuilder {
+        let b = ExponentialBuilder::default()
+            .with_min_delay(self.initial_delay)
+            .with_max_delay(self.max_delay)
+            .with_factor(self.factor)
+            .with_max_times(self.max_retries);
+        if self.jitter { b.with_jitter() } else { b }
+    }
+
+    /// Runs `op` until it succeeds, fails with an error that is not retryable, or the
+    /// retries are used up (then the last error is returned). A throttled error's
+    /// `retry_after` is honoured when longer than the backoff delay (capped at
+    /// `max_delay`).
+    pub async fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let max = self.max_delay;
+        op.retry(self.builder())
+            .sleep(tokio::time::sleep)
+            .when(Error::is_retryable)
+            .adjust(move |e: &Error, delay| {
+                delay.map(|d| match e.retry_after() {
+                    Some(after) => d.max(after.min(max)),
+                    None => d,
+                })
+            })
+            .notify(|e, delay| {
+                tracing::debug!(what, error = %e, ?delay, "retrying");
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn fast() -> RetryPolicy {
+        RetryPolicy {
+            max_retries: 4,
+            initial_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(4),
+            factor: 2.0,
+            jitter: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn transient_errors_are_retried_until_success() {
+        let calls = AtomicUsize::new(0);
+        let out = fast()
+            .retry("op", || async {
+                if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+                    Err(Error::transient("reset"))
+                } else {
+                    Ok(7)
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(out, 7);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_fail_fast() {
+        let calls = AtomicUsize::new(0);
+        let e = fast()
+            .retry("op", || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(Error::invalid_spec("image", "no such image"))
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn retries_are_capped() {
+        let calls = AtomicUsize::new(0);
+        let e = fast()
+            .retry("op", || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(Error::throttled("slow down", None))
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Throttled);
+        assert_eq!(calls.load(Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_honoured_up_to_the_cap() {
+        let policy = RetryPolicy {
+            max_delay: Duration::from_secs(3),
+            ..fast()
+        };
+        let start = tokio::time::Instant::now();
+        let calls = AtomicUsize::new(0);
+        policy
+            .retry("op", || async {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    Err(Error::throttled("slow down", Some(Duration::from_secs(60))))
+                } else {
+                    Ok(())
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn delays_grow_and_are_capped() {
+        let d: Vec<_> = fast().delays().collect();
+        assert_eq!(d, [1, 2, 4, 4].map(Duration::from_millis).to_vec());
+    }
+}

@@ -1,0 +1,127 @@
+//! The software half: a [`SoftwareProvisioner`] knows what to put on a machine and
+//! nothing about where the machine came from.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::machine::Machine;
+use crate::spec::MachineSpec;
+use crate::transport::Transport;
+use crate::user_data::{UserDataFormat, UserDataPart};
+
+/// How a layer of software reaches a machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Mode {
+    /// Rendered into user data and injected when the machine is created.
+    Coupled,
+    /// Applied over a [`Transport`] once the machine is running and reachable.
+    Decoupled,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A layer of software: users, files, packages, an agent.
+///
+/// A layer supports one or both [`Mode`]s. Coupled, it contributes user-data parts;
+/// decoupled, it applies itself through a transport and can tell whether it already has
+/// been, so that a rerun after a crash skips it.
+#[async_trait]
+pub trait SoftwareProvisioner: Send + Sync {
+    /// A short name for logs, conditions and progress (a DNS label is a good choice).
+    fn name(&self) -> &str;
+
+    /// Whether the layer can be applied in `mode`.
+    fn supports(&self, mode: Mode) -> bool;
+
+    /// Coupled mode: the user-data parts for the machine `spec`, in order. Called before
+    /// the machine is created; must not do I/O.
+    fn user_data_parts(&self, spec: &MachineSpec) -> Result<Vec<UserDataPart>>;
+
+    /// Decoupled mode: whether the layer is already fully applied on `machine`.
+    async fn is_applied(&self, machine: &Machine, transport: &dyn Transport) -> Result<bool>;
+
+    /// Decoupled mode: applies the layer. Must be safe to call again after a partial run.
+    async fn apply(&self, machine: &Machine, transport: &dyn Transport) -> Result<()>;
+}
+
+/// The outcome of checking whether coupled software has finished on a machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// Still running (or not started).
+    Pending,
+    /// Finished successfully.
+    Done,
+    /// Finished with an error; the message is the machine's own account of it.
+    Failed(String),
+}
+
+/// Tells when coupled software (user data) has finished on a running machine.
+///
+/// A check may add user-data parts of its own (a sentinel file written last, a
+/// `phone_home`), which the composer appends after every layer's parts.
+#[async_trait]
+pub trait CompletionCheck: Send + Sync {
+    /// Parts to append to the user data so that the machine signals completion.
+    fn user_data_parts(&self) -> Vec<UserDataPart>;
+
+    /// Looks at the machine once; never waits.
+    async fn check(&self, machine: &Machine, transport: &dyn Transport) -> Result<Completion>;
+}
+
+/// The sentinel file Cluster API's bootstrap providers write when bootstrap succeeded.
+pub const CAPI_SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+
+/// Completion by a sentinel file: the user data ends with a script that writes the file,
+/// and the check reads it over the transport. Cluster API's bootstrap contract uses
+/// [`CAPI_SENTINEL`].
+#[derive(Debug, Clone)]
+pub struct SentinelFile {
+    path: String,
+}
+
+impl SentinelFile {
+    /// A check for the file at `path` (absolute).
+    pub fn new(path: impl Into<String>) -> Self {
+        SentinelFile { path: path.into() }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Default for SentinelFile {
+    fn default() -> Self {
+        SentinelFile::new(CAPI_SENTINEL)
+    }
+}
+
+#[async_trait]
+impl CompletionCheck for SentinelFile {
+    fn user_data_parts(&self) -> Vec<UserDataPart> {
+        let quoted = shlex::try_quote(&self.path).map_or_else(|_| "''".into(), |q| q.into_owned());
+        let script = format!(
+            "#!/bin/sh\nset -eu\nmkdir -p \"$(dirname {quoted})\"\necho success > {quoted}\n"
+        );
+        vec![UserDataPart::new(
+            UserDataFormat::ShellScript,
+            "zz-bootstrap-sentinel.sh",
+            script,
+        )]
+    }
+
+    async fn check(&self, _machine: &Machine, transport: &dyn Transport) -> Result<Completion> {
+        Ok(match transport.read_file(&self.path, 4096).await? {
+            Some(_) => Completion::Done,
+            None => Completion::Pending,
+        })
+    }
+}

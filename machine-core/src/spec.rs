@@ -1,0 +1,274 @@
+//! What a caller asks for: a machine spec, and a fleet of them, readable from YAML or JSON.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::machine::Labels;
+use crate::name::MachineName;
+
+/// The longest label key or value accepted (the tightest common limit: vSphere and
+/// Kubernetes allow 63-character label values, EC2 tags 256).
+pub const MAX_LABEL_VALUE_LEN: usize = 63;
+
+/// A machine the caller wants: its name, what to run and how to reach it.
+///
+/// Unknown fields are refused when reading YAML or JSON, with the field's name and line.
+/// Nothing here is Kubernetes-specific.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineSpec {
+    /// The machine's name, unique per provider and owner.
+    pub name: MachineName,
+    /// The image to boot (an AMI id, a template path, an ISO URL); provider-specific.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The size (an instance type, a CPU/memory class); provider-specific.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// SSH access wanted on the machine, for decoupled software and operators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<SshAccess>,
+    /// Labels stored with the machine at the provider, to select machines by.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
+    /// Provider-specific settings (subnet, datastore, BMC), read by the provider, which
+    /// refuses what it does not know with the field's path.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub provider: serde_json::Value,
+}
+
+/// SSH access wanted on a machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshAccess {
+    /// The user to log in as.
+    pub user: String,
+    /// Public keys to authorize for that user, in OpenSSH format.
+    #[serde(default)]
+    pub authorized_keys: Vec<String>,
+}
+
+impl MachineSpec {
+    /// A spec with only a name.
+    pub fn new(name: MachineName) -> Self {
+        MachineSpec {
+            name,
+            image: None,
+            size: None,
+            ssh: None,
+            labels: Labels::new(),
+            provider: serde_json::Value::Null,
+        }
+    }
+
+    /// Sets the image.
+    pub fn with_image(mut self, image: impl Into<String>) -> Self {
+        self.image = Some(image.into());
+        self
+    }
+
+    /// Sets the size.
+    pub fn with_size(mut self, size: impl Into<String>) -> Self {
+        self.size = Some(size.into());
+        self
+    }
+
+    /// Adds a label.
+    pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the provider-specific settings.
+    pub fn with_provider(mut self, provider: serde_json::Value) -> Self {
+        self.provider = provider;
+        self
+    }
+
+    /// Reads one spec from YAML; errors name the field, line and column.
+    pub fn from_yaml(yaml: &str) -> Result<Self> {
+        let spec: MachineSpec = from_yaml(yaml)?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks what serde cannot: label keys and values, the SSH user and keys.
+    /// Errors name the field path.
+    pub fn validate(&self) -> Result<()> {
+        for (k, v) in &self.labels {
+            let field = format!("labels.{k}");
+            let ok_chars = |s: &str| {
+                s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+            };
+            if k.is_empty() || k.len() > MAX_LABEL_VALUE_LEN || !ok_chars(k) {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!(
+                        "label key must be 1-{MAX_LABEL_VALUE_LEN} characters of a-z, A-Z, 0-9, '-', '_', '.', '/'"
+                    ),
+                ));
+            }
+            if v.len() > MAX_LABEL_VALUE_LEN || !ok_chars(v) {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!(
+                        "label value {v:?} must be at most {MAX_LABEL_VALUE_LEN} characters of a-z, A-Z, 0-9, '-', '_', '.', '/'"
+                    ),
+                ));
+            }
+        }
+        if let Some(ssh) = &self.ssh {
+            if ssh.user.is_empty()
+                || !ssh
+                    .user
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                return Err(Error::invalid_spec(
+                    "ssh.user",
+                    format!("{:?} is not a valid user name", ssh.user),
+                ));
+            }
+            for (i, key) in ssh.authorized_keys.iter().enumerate() {
+                let mut parts = key.split_whitespace();
+                let ok = matches!(
+                    (parts.next(), parts.next()),
+                    (Some(algo), Some(_)) if algo.starts_with("ssh-") || algo.starts_with("ecdsa-") || algo.starts_with("sk-")
+                );
+                if !ok {
+                    return Err(Error::invalid_spec(
+                        format!("ssh.authorized_keys[{i}]"),
+                        "not an OpenSSH public key (\"ssh-ed25519 AAAA... comment\")",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A set of machines to provision together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSpec {
+    /// The machines; names must be unique.
+    pub machines: Vec<MachineSpec>,
+}
+
+impl FleetSpec {
+    /// Reads a fleet from YAML and validates it; errors name the field, line and column.
+    pub fn from_yaml(yaml: &str) -> Result<Self> {
+        let fleet: FleetSpec = from_yaml(yaml)?;
+        fleet.validate()?;
+        Ok(fleet)
+    }
+
+    /// Validates every spec and refuses duplicate names.
+    pub fn validate(&self) -> Result<()> {
+        check_unique_names(&self.machines)
+    }
+}
+
+/// Validates each spec and refuses a name given twice; errors name `machines[i]`.
+pub fn check_unique_names(specs: &[MachineSpec]) -> Result<()> {
+    let mut seen = BTreeSet::new();
+    for (i, spec) in specs.iter().enumerate() {
+        spec.validate()
+            .map_err(|e| e.within(&format!("machines[{i}]")))?;
+        if !seen.insert(&spec.name) {
+            return Err(Error::invalid_spec(
+                format!("machines[{i}].name"),
+                format!(
+                    "{:?} is given more than once; names must be unique",
+                    spec.name.as_str()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads YAML into `T`. serde-saphyr is used because serde_yaml is archived and serde_yml
+/// unsound; its errors carry the line, column and a snippet of the input.
+pub(crate) fn from_yaml<T: serde::de::DeserializeOwned>(yaml: &str) -> Result<T> {
+    serde_saphyr::from_str(yaml)
+        .map_err(|e| Error::new(crate::ErrorKind::InvalidSpec, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    const FLEET: &str = "\
+machines:
+  - name: web-1
+    image: debian-12
+    size: small
+    labels: {team: web}
+    ssh:
+      user: ops
+      authorized_keys: [\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE ops@laptop\"]
+    provider: {subnet: subnet-1, tags: {a: b}}
+  - name: db-1
+";
+
+    #[test]
+    fn fleet_round_trips_through_yaml_and_json() {
+        let fleet = FleetSpec::from_yaml(FLEET).unwrap();
+        assert_eq!(fleet.machines.len(), 2);
+        assert_eq!(fleet.machines[0].provider["subnet"], "subnet-1");
+        let yaml = serde_saphyr::to_string(&fleet).unwrap();
+        assert_eq!(FleetSpec::from_yaml(&yaml).unwrap(), fleet);
+        let json = serde_json::to_string(&fleet).unwrap();
+        assert_eq!(serde_json::from_str::<FleetSpec>(&json).unwrap(), fleet);
+    }
+
+    #[test]
+    fn unknown_field_is_refused_with_its_name_and_line() {
+        let e = MachineSpec::from_yaml("name: a\nimage: x\nflavour: big\n").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+        let msg = e.to_string();
+        assert!(msg.contains("unknown field `flavour`"), "{msg}");
+        assert!(msg.contains("line 3"), "{msg}");
+        let e = MachineSpec::from_yaml("name: a\nssh: {user: ops, keys: []}\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `keys`"), "{e}");
+    }
+
+    #[test]
+    fn bad_name_in_yaml_says_why_and_where() {
+        let e = MachineSpec::from_yaml("name: Web_1\n").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("only a-z, 0-9 and '-'"), "{msg}");
+        assert!(msg.contains("line 1"), "{msg}");
+    }
+
+    #[test]
+    fn duplicate_names_in_a_fleet_are_refused() {
+        let e =
+            FleetSpec::from_yaml("machines:\n  - name: a\n  - name: b\n  - name: a\n").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+        assert_eq!(e.field(), Some("machines[2].name"));
+    }
+
+    #[test]
+    fn bad_labels_and_keys_name_the_field() {
+        let e = MachineSpec::from_yaml("name: a\nlabels: {\"bad key\": x}\n").unwrap_err();
+        assert_eq!(e.field(), Some("labels.bad key"));
+        let e = MachineSpec::from_yaml("name: a\nssh: {user: ops, authorized_keys: [hello]}\n")
+            .unwrap_err();
+        assert_eq!(e.field(), Some("ssh.authorized_keys[0]"));
+        let e = MachineSpec::from_yaml("name: a\nssh: {user: \"a b\"}\n").unwrap_err();
+        assert_eq!(e.field(), Some("ssh.user"));
+    }
+
+    #[test]
+    fn fleet_errors_are_placed_in_the_fleet() {
+        let e =
+            FleetSpec::from_yaml("machines:\n  - name: a\n    labels: {k: \"a b\"}\n").unwrap_err();
+        assert_eq!(e.field(), Some("machines[0].labels.k"));
+    }
+}

@@ -1,0 +1,360 @@
+//! A built-in software layer of ordered steps (write a file, run a command) that works in
+//! both modes: rendered as a shell script in user data when coupled, run over a
+//! [`Transport`] when decoupled.
+//!
+//! Each step has a content hash. Every step done is recorded on the machine in a state
+//! file (one hash a line), in both modes, so a rerun after a crash or a dropped connection
+//! skips what is done and resumes at the first undone step.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::machine::Machine;
+use crate::name::check_dns_label;
+use crate::software::{Mode, SoftwareProvisioner};
+use crate::spec::MachineSpec;
+use crate::transport::{ExecRequest, FileUpload, Transport};
+use crate::user_data::{UserDataFormat, UserDataPart, hex};
+
+/// Where step state is kept on machines unless [`StepLayer::with_state_dir`] says otherwise.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/machine-core/layers";
+
+/// One step of a [`StepLayer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Write a file (parent directories are created), replacing what is there.
+    WriteFile {
+        /// Absolute path.
+        path: String,
+        /// The content.
+        content: Vec<u8>,
+        /// Unix permission bits.
+        mode: u32,
+    },
+    /// Run a shell command; a non-zero exit fails the layer.
+    Run {
+        /// The command line, run by `sh -c`. Must not hold secrets.
+        command: String,
+    },
+}
+
+impl Step {
+    /// A file with mode 0644.
+    pub fn write_file(path: impl Into<String>, content: impl Into<Vec<u8>>) -> Self {
+        Step::WriteFile {
+            path: path.into(),
+            content: content.into(),
+            mode: 0o644,
+        }
+    }
+
+    /// A file with `mode`.
+    pub fn write_file_mode(
+        path: impl Into<String>,
+        content: impl Into<Vec<u8>>,
+        mode: u32,
+    ) -> Self {
+        Step::WriteFile {
+            path: path.into(),
+            content: content.into(),
+            mode,
+        }
+    }
+
+    /// A command.
+    pub fn run(command: impl Into<String>) -> Self {
+        Step::Run {
+            command: command.into(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Step::WriteFile { path, .. } => format!("write {path}"),
+            Step::Run { command } => format!("run {command}"),
+        }
+    }
+}
+
+/// An ordered list of steps, applicable coupled or decoupled.
+#[derive(Debug, Clone)]
+pub struct StepLayer {
+    name: String,
+    steps: Vec<Step>,
+    hashes: Vec<String>,
+    state_dir: String,
+}
+
+impl StepLayer {
+    /// A layer named `name` (a DNS label: it names the state file) with `steps`.
+    /// Refuses relative or empty paths, modes above 0o7777 and empty commands, naming
+    /// the step.
+    pub fn new(name: impl Into<String>, steps: Vec<Step>) -> Result<Self> {
+        let name = name.into();
+        check_dns_label("layer.name", &name)?;
+        for (i, step) in steps.iter().enumerate() {
+            let field = format!("layer.steps[{i}]");
+            match step {
+                Step::WriteFile { path, mode, .. } => {
+                    check_path(&format!("{field}.path"), path)?;
+                    if *mode > 0o7777 {
+                        return Err(Error::invalid_spec(
+                            format!("{field}.mode"),
+                            format!("{mode:#o} is not a permission mode (at most 0o7777)"),
+                        ));
+                    }
+                }
+                Step::Run { command } => {
+                    if command.trim().is_empty() || command.contains('\0') {
+                        return Err(Error::invalid_spec(
+                            format!("{field}.command"),
+                            "is empty or holds a NUL byte",
+                        ));
+                    }
+                }
+            }
+        }
+        let hashes = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| step_hash(i, s))
+            .collect();
+        Ok(StepLayer {
+            name,
+            steps,
+            hashes,
+            state_dir: DEFAULT_STATE_DIR.to_owned(),
+        })
+    }
+
+    /// Keeps the state file under `dir` (absolute) instead of [`DEFAULT_STATE_DIR`].
+    pub fn with_state_dir(mut self, dir: impl Into<String>) -> Result<Self> {
+        let dir = dir.into();
+        check_path("layer.stateDir", &dir)?;
+        self.state_dir = dir;
+        Ok(self)
+    }
+
+    /// The steps.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// The path of the state file on the machine.
+    pub fn state_path(&self) -> String {
+        format!(
+            "{}/{}.done",
+            self.state_dir.trim_end_matches('/'),
+            self.name
+        )
+    }
+
+    /// The shell script that applies the layer, as used in coupled mode.
+    pub fn render_script(&self) -> String {
+        let state = quote(&self.state_path());
+        let mut s = format!(
+            "#!/bin/sh\n# machine-core step layer {:?}: {} steps\nset -eu\nstate={state}\nmkdir -p \"$(dirname \"$state\")\"\ntouch \"$state\"\n",
+            self.name,
+            self.steps.len()
+        );
+        for (i, (step, hash)) in self.steps.iter().zip(&self.hashes).enumerate() {
+            s.push_str(&format!(
+                "# step {}: {}\nif ! grep -qx {hash} \"$state\"; then\n",
+                i + 1,
+                step.describe().lines().next().unwrap_or_default()
+            ));
+            match step {
+                Step::WriteFile {
+                    path,
+                    content,
+                    mode,
+                } => {
+                    let p = quote(path);
+                    let tmp = quote(&format!("{path}.machine-core-tmp"));
+                    let b64 = base64::engine::general_purpose::STANDARD.encode(content);
+                    s.push_str(&format!(
+                        "  mkdir -p \"$(dirname {p})\"\n  printf '%s' '{b64}' | base64 -d > {tmp}\n  chmod {mode:o} {tmp}\n  mv -f {tmp} {p}\n"
+                    ));
+                }
+                Step::Run { command } => {
+                    s.push_str(&format!("  sh -c {}\n", quote(command)));
+                }
+            }
+            s.push_str(&format!("  echo {hash} >> \"$state\"\nfi\n"));
+        }
+        s
+    }
+
+    async fn done_hashes(&self, transport: &dyn Transport) -> Result<HashSet<String>> {
+        let state = transport.read_file(&self.state_path(), 1 << 20).await?;
+        Ok(state
+            .map(|bytes| {
+                String::from_utf8_lossy(&bytes)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl SoftwareProvisioner for StepLayer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn supports(&self, _mode: Mode) -> bool {
+        true
+    }
+
+    fn user_data_parts(&self, _spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
+        Ok(vec![UserDataPart::new(
+            UserDataFormat::ShellScript,
+            format!("{}.sh", self.name),
+            self.render_script(),
+        )])
+    }
+
+    async fn is_applied(&self, _machine: &Machine, transport: &dyn Transport) -> Result<bool> {
+        let done = self.done_hashes(transport).await?;
+        Ok(self.hashes.iter().all(|h| done.contains(h)))
+    }
+
+    async fn apply(&self, machine: &Machine, transport: &dyn Transport) -> Result<()> {
+        let done = self.done_hashes(transport).await?;
+        let mut record: Vec<String> = self
+            .hashes
+            .iter()
+            .filter(|h| done.contains(*h))
+            .cloned()
+            .collect();
+        for (i, (step, hash)) in self.steps.iter().zip(&self.hashes).enumerate() {
+            if done.contains(hash) {
+                tracing::debug!(machine = %machine.name, layer = %self.name, step = i + 1, "step already done");
+                continue;
+            }
+            tracing::debug!(machine = %machine.name, layer = %self.name, step = i + 1, what = %step.describe(), "step");
+            match step {
+                Step::WriteFile {
+                    path,
+                    content,
+                    mode,
+                } => {
+                    transport
+                        .upload(&FileUpload::new(path.clone(), content.clone()).mode(*mode))
+                        .await?;
+                }
+                Step::Run { command } => {
+                    transport
+                        .exec(&ExecRequest::new(command.clone()))
+                        .await?
+                        .check(command)
+                        .map_err(|e| {
+                            e.context(format_args!("layer {} step {}", self.name, i + 1))
+                        })?;
+                }
+            }
+            record.push(hash.clone());
+            let mut state = record.join("\n");
+            state.push('\n');
+            transport
+                .upload(&FileUpload::new(self.state_path(), state).mode(0o644))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+fn check_path(field: &str, path: &str) -> Result<()> {
+    if !path.starts_with('/') || path.contains('\0') || path.ends_with('/') {
+        return Err(Error::invalid_spec(
+            field,
+            format!("{path:?} is not an absolute file path"),
+        ));
+    }
+    Ok(())
+}
+
+fn quote(s: &str) -> String {
+    // Paths and commands were checked for NUL, the only thing try_quote refuses.
+    shlex::try_quote(s).map_or_else(|_| "''".into(), |q| q.into_owned())
+}
+
+fn step_hash(index: usize, step: &Step) -> String {
+    let mut h = Sha256::new();
+    h.update(index.to_le_bytes());
+    match step {
+        Step::WriteFile {
+            path,
+            content,
+            mode,
+        } => {
+            h.update(b"write\0");
+            h.update(path.as_bytes());
+            h.update(b"\0");
+            h.update(mode.to_le_bytes());
+            h.update(content);
+        }
+        Step::Run { command } => {
+            h.update(b"run\0");
+            h.update(command.as_bytes());
+        }
+    }
+    hex(&h.finalize()[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_steps_name_the_field() {
+        let e = StepLayer::new("base", vec![Step::write_file("etc/motd", "x")]).unwrap_err();
+        assert_eq!(e.field(), Some("layer.steps[0].path"));
+        let e = StepLayer::new(
+            "base",
+            vec![Step::run("true"), Step::write_file_mode("/a", "x", 0o17777)],
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("layer.steps[1].mode"));
+        let e = StepLayer::new("base", vec![Step::run("  ")]).unwrap_err();
+        assert_eq!(e.field(), Some("layer.steps[0].command"));
+        let e = StepLayer::new("Base Layer", vec![]).unwrap_err();
+        assert_eq!(e.field(), Some("layer.name"));
+    }
+
+    #[test]
+    fn script_quotes_everything_and_records_each_step() {
+        let layer = StepLayer::new(
+            "base",
+            vec![
+                Step::write_file("/etc/it's here", "a'b\n$(rm -rf /)\n"),
+                Step::run("echo 'hi' > /tmp/x"),
+            ],
+        )
+        .unwrap();
+        let script = layer.render_script();
+        assert!(script.starts_with("#!/bin/sh\n"));
+        assert!(
+            !script.contains("$(rm -rf /)"),
+            "content must be encoded: {script}"
+        );
+        assert_eq!(script.matches(">> \"$state\"").count(), 2);
+        assert!(
+            script.contains("state=/var/lib/machine-core/layers/base.done"),
+            "{script}"
+        );
+    }
+
+    #[test]
+    fn hashes_change_with_content() {
+        let a = StepLayer::new("l", vec![Step::run("a")]).unwrap();
+        let b = StepLayer::new("l", vec![Step::run("b")]).unwrap();
+        assert_ne!(a.hashes, b.hashes);
+    }
+}

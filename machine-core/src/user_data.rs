@@ -1,0 +1,426 @@
+//! User data: the bytes handed to a machine at creation, the parts they are made of, and
+//! how parts become one payload that fits a provider's budget.
+//!
+//! Several parts are joined into a MIME multipart document the way
+//! `cloud-init devel make-mime` does. The output is deterministic: the boundary is derived
+//! from the content and no date or message id is written, so the same parts always give
+//! the same bytes (and the same hash, on every replica of a controller).
+
+use std::fmt;
+use std::io::Write;
+
+use mail_builder::headers::content_type::ContentType;
+use mail_builder::headers::raw::Raw;
+use mail_builder::mime::{BodyPart, MimePart};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::capabilities::UserDataDelivery;
+use crate::error::{Error, Result};
+
+/// The format of user data or of one part of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UserDataFormat {
+    /// A `#cloud-config` YAML document (`text/cloud-config`).
+    CloudConfig,
+    /// A script with a `#!` line (`text/x-shellscript`).
+    ShellScript,
+    /// A cloud-init boothook, run early on every boot (`text/cloud-boothook`).
+    CloudBoothook,
+    /// A Jinja template cloud-init renders with instance data (`text/jinja2`).
+    Jinja2,
+    /// A MIME multipart document of several parts (`multipart/mixed`).
+    Mime,
+    /// An Ignition v3 JSON config (Fedora CoreOS, Flatcar).
+    Ignition,
+    /// A `<powershell>` block for Windows images.
+    PowerShell,
+    /// Bytes the image interprets by itself.
+    Raw,
+}
+
+impl UserDataFormat {
+    /// The MIME content type cloud-init gives this format inside a multipart, if it has one.
+    pub fn mime_type(self) -> Option<&'static str> {
+        Some(match self {
+            UserDataFormat::CloudConfig => "text/cloud-config",
+            UserDataFormat::ShellScript => "text/x-shellscript",
+            UserDataFormat::CloudBoothook => "text/cloud-boothook",
+            UserDataFormat::Jinja2 => "text/jinja2",
+            UserDataFormat::Mime => "multipart/mixed",
+            UserDataFormat::Ignition | UserDataFormat::PowerShell | UserDataFormat::Raw => {
+                return None;
+            }
+        })
+    }
+}
+
+/// How user-data bytes are compressed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContentEncoding {
+    /// Not compressed.
+    #[default]
+    Identity,
+    /// gzip-compressed; cloud-init unpacks it.
+    Gzip,
+}
+
+/// The user data of one machine, ready to hand to a provider.
+///
+/// Its bytes may hold secrets (tokens, keys), so Debug shows only format, encoding,
+/// size and a short hash.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserData {
+    /// The format of the (uncompressed) content.
+    pub format: UserDataFormat,
+    /// The compression applied to [`UserData::bytes`].
+    pub encoding: ContentEncoding,
+    /// The bytes, compressed as `encoding` says; providers apply any transfer
+    /// encoding (base64) themselves.
+    pub bytes: Vec<u8>,
+}
+
+impl UserData {
+    /// Uncompressed user data.
+    pub fn new(format: UserDataFormat, bytes: impl Into<Vec<u8>>) -> Self {
+        UserData {
+            format,
+            encoding: ContentEncoding::Identity,
+            bytes: bytes.into(),
+        }
+    }
+
+    /// The bytes after undoing the content encoding.
+    pub fn decoded(&self) -> Result<Vec<u8>> {
+        match self.encoding {
+            ContentEncoding::Identity => Ok(self.bytes.clone()),
+            ContentEncoding::Gzip => {
+                let mut out = Vec::new();
+                std::io::Read::read_to_end(
+                    &mut flate2::read::GzDecoder::new(&self.bytes[..]),
+                    &mut out,
+                )
+                .map_err(|e| Error::permanent("user data is not valid gzip").with_source(e))?;
+                Ok(out)
+            }
+        }
+    }
+
+    /// A short hex hash of the bytes, safe to log.
+    pub fn short_hash(&self) -> String {
+        short_hash(&self.bytes)
+    }
+}
+
+impl fmt::Debug for UserData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserData")
+            .field("format", &self.format)
+            .field("encoding", &self.encoding)
+            .field("len", &self.bytes.len())
+            .field("sha256", &self.short_hash())
+            .finish()
+    }
+}
+
+/// One part of user data, contributed by one software layer.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserDataPart {
+    /// The part's format.
+    pub format: UserDataFormat,
+    /// A file name for the part (cloud-init uses it for scripts it writes to disk).
+    pub filename: String,
+    /// The content, uncompressed.
+    pub content: Vec<u8>,
+    /// Extra MIME headers, such as cloud-init's `Merge-Type`.
+    pub headers: Vec<(String, String)>,
+}
+
+impl UserDataPart {
+    /// A part with no extra headers.
+    pub fn new(
+        format: UserDataFormat,
+        filename: impl Into<String>,
+        content: impl Into<Vec<u8>>,
+    ) -> Self {
+        UserDataPart {
+            format,
+            filename: filename.into(),
+            content: content.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Adds a MIME header to the part.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+impl fmt::Debug for UserDataPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserDataPart")
+            .field("format", &self.format)
+            .field("filename", &self.filename)
+            .field("len", &self.content.len())
+            .field("sha256", &short_hash(&self.content))
+            .finish()
+    }
+}
+
+/// Joins parts into one user data: a single plain part is passed through as it is;
+/// several (or one with extra headers) become a MIME multipart like `cloud-init devel
+/// make-mime` builds. A part whose format has no MIME type (Ignition, PowerShell, raw)
+/// cannot share user data with others: that is an invalid-spec error naming the part.
+pub fn assemble(parts: &[UserDataPart]) -> Result<Option<UserData>> {
+    match parts {
+        [] => Ok(None),
+        [one] if one.headers.is_empty() => Ok(Some(UserData::new(one.format, one.content.clone()))),
+        many => Ok(Some(UserData::new(UserDataFormat::Mime, multipart(many)?))),
+    }
+}
+
+fn multipart(parts: &[UserDataPart]) -> Result<Vec<u8>> {
+    let mut mime_parts = Vec::with_capacity(parts.len());
+    let mut hasher = Sha256::new();
+    for (i, part) in parts.iter().enumerate() {
+        let Some(mime_type) = part.format.mime_type() else {
+            return Err(Error::invalid_spec(
+                format!("userData.parts[{i}]"),
+                format!(
+                    "part {:?} is {:?}, which cannot be combined with other parts in a MIME multipart",
+                    part.filename, part.format
+                ),
+            ));
+        };
+        hasher.update(&part.content);
+        let body: BodyPart<'_> = match std::str::from_utf8(&part.content) {
+            Ok(text) => BodyPart::Text(text.into()),
+            Err(_) => BodyPart::Binary(part.content.as_slice().into()),
+        };
+        let mut mime = MimePart::new(
+            ContentType::new(mime_type).attribute("charset", "utf-8"),
+            body,
+        )
+        .attachment(part.filename.as_str());
+        for (name, value) in &part.headers {
+            mime = mime.header(name.as_str(), Raw::new(value.as_str()));
+        }
+        mime_parts.push(mime);
+    }
+    // A boundary derived from the content keeps the output deterministic; a content hash
+    // cannot occur in the content it hashes except by a collision.
+    let boundary = format!("==boundary-{}", hex(&hasher.finalize()[..12]));
+    let root = MimePart::new(
+        ContentType::new("multipart/mixed").attribute("boundary", boundary),
+        BodyPart::Multipart(mime_parts),
+    )
+    .header("MIME-Version", Raw::new("1.0"));
+    let mut out = Vec::new();
+    root.write_part(&mut out);
+    Ok(out)
+}
+
+/// Makes `user_data` fit `delivery`: checks the format is accepted, gzips it when it is
+/// over the limit and gzip is accepted, and otherwise refuses it with an invalid-spec
+/// error on `userData` that names the sizes and the largest parts. Nothing is sent
+/// anywhere: this runs before any API call.
+pub fn fit(
+    user_data: UserData,
+    parts: &[UserDataPart],
+    delivery: &UserDataDelivery,
+) -> Result<UserData> {
+    if !delivery.formats.contains(&user_data.format) {
+        return Err(Error::invalid_spec(
+            "userData",
+            format!(
+                "format {:?} is not accepted by this provider (accepted: {:?})",
+                user_data.format, delivery.formats
+            ),
+        ));
+    }
+    let limit = delivery.max_bytes;
+    let counted = delivery.size_basis.counted(user_data.bytes.len());
+    if counted <= limit {
+        return Ok(user_data);
+    }
+    let mut gzipped_len = None;
+    if delivery.gzip && user_data.encoding == ContentEncoding::Identity {
+        let gz = gzip(&user_data.bytes);
+        let gz_counted = delivery.size_basis.counted(gz.len());
+        if gz_counted <= limit {
+            return Ok(UserData {
+                format: user_data.format,
+                encoding: ContentEncoding::Gzip,
+                bytes: gz,
+            });
+        }
+        gzipped_len = Some(gz_counted);
+    }
+    let mut largest: Vec<_> = parts
+        .iter()
+        .map(|p| (p.content.len(), p.filename.as_str()))
+        .collect();
+    largest.sort_unstable_by(|a, b| b.cmp(a));
+    let largest: Vec<String> = largest
+        .iter()
+        .take(3)
+        .map(|(len, name)| format!("{name} ({len} B)"))
+        .collect();
+    Err(Error::invalid_spec(
+        "userData",
+        format!(
+            "{counted} bytes{} exceed the provider's limit of {limit} bytes ({:?} basis); largest parts: {}",
+            gzipped_len
+                .map(|g| format!(" ({g} after gzip)"))
+                .unwrap_or_default(),
+            delivery.size_basis,
+            largest.join(", ")
+        ),
+    ))
+}
+
+/// gzip at the best compression, as `gzip -9` does.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(bytes.len() / 3),
+        flate2::Compression::best(),
+    );
+    // Writing into a Vec cannot fail.
+    enc.write_all(bytes).expect("write to Vec");
+    enc.finish().expect("write to Vec")
+}
+
+pub(crate) fn short_hash(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes)[..6])
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+    use crate::capabilities::SizeBasis;
+
+    fn delivery(max_bytes: usize, gzip: bool) -> UserDataDelivery {
+        UserDataDelivery {
+            max_bytes,
+            size_basis: SizeBasis::Raw,
+            gzip,
+            formats: vec![
+                UserDataFormat::CloudConfig,
+                UserDataFormat::ShellScript,
+                UserDataFormat::Mime,
+            ],
+        }
+    }
+
+    #[test]
+    fn one_plain_part_passes_through() {
+        let part = UserDataPart::new(UserDataFormat::ShellScript, "a.sh", "#!/bin/sh\necho hi\n");
+        let ud = assemble(&[part]).unwrap().unwrap();
+        assert_eq!(ud.format, UserDataFormat::ShellScript);
+        assert_eq!(ud.bytes, b"#!/bin/sh\necho hi\n");
+    }
+
+    #[test]
+    fn several_parts_become_a_deterministic_multipart() {
+        let parts = [
+            UserDataPart::new(
+                UserDataFormat::CloudConfig,
+                "base.yaml",
+                "#cloud-config\nhostname: a\n",
+            )
+            .with_header("Merge-Type", "list(append)+dict(recurse_array)+str()"),
+            UserDataPart::new(
+                UserDataFormat::ShellScript,
+                "app.sh",
+                "#!/bin/sh\necho app\n",
+            ),
+        ];
+        let a = assemble(&parts).unwrap().unwrap();
+        let b = assemble(&parts).unwrap().unwrap();
+        assert_eq!(a, b, "same parts, same bytes");
+        assert_eq!(a.format, UserDataFormat::Mime);
+        let text = String::from_utf8(a.bytes).unwrap();
+        assert!(text.contains("Content-Type: multipart/mixed"), "{text}");
+        assert!(text.contains("Content-Type: text/cloud-config"), "{text}");
+        assert!(text.contains("Content-Type: text/x-shellscript"), "{text}");
+        assert!(
+            text.contains("Merge-Type: list(append)+dict(recurse_array)+str()"),
+            "{text}"
+        );
+        assert!(text.contains("filename=\"app.sh\""), "{text}");
+        assert!(
+            !text.contains("Message-ID") && !text.contains("Date:"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn formats_without_mime_type_cannot_be_combined() {
+        let parts = [
+            UserDataPart::new(UserDataFormat::CloudConfig, "a.yaml", "#cloud-config\n"),
+            UserDataPart::new(UserDataFormat::Ignition, "b.ign", "{}"),
+        ];
+        let e = assemble(&parts).unwrap_err();
+        assert_eq!(e.field(), Some("userData.parts[1]"));
+    }
+
+    #[test]
+    fn over_the_limit_is_gzipped_when_accepted() {
+        let big = format!(
+            "#cloud-config\nruncmd:\n{}",
+            "  - echo hello world\n".repeat(2000)
+        );
+        let ud = UserData::new(UserDataFormat::CloudConfig, big.clone());
+        let fitted = fit(ud, &[], &delivery(16 * 1024, true)).unwrap();
+        assert_eq!(fitted.encoding, ContentEncoding::Gzip);
+        assert!(fitted.bytes.len() <= 16 * 1024);
+        assert_eq!(fitted.decoded().unwrap(), big.as_bytes());
+    }
+
+    #[test]
+    fn still_over_the_limit_names_sizes_and_largest_parts() {
+        let noise: String = (0..40_000).map(|_| fastrand::alphanumeric()).collect();
+        let parts = [UserDataPart::new(
+            UserDataFormat::ShellScript,
+            "noise.sh",
+            noise.clone(),
+        )];
+        let ud = assemble(&parts).unwrap().unwrap();
+        let e = fit(ud, &parts, &delivery(16 * 1024, true)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+        assert_eq!(e.field(), Some("userData"));
+        let msg = e.to_string();
+        assert!(msg.contains("40000 bytes"), "{msg}");
+        assert!(msg.contains("after gzip"), "{msg}");
+        assert!(msg.contains("16384"), "{msg}");
+        assert!(msg.contains("noise.sh (40000 B)"), "{msg}");
+    }
+
+    #[test]
+    fn refused_format_is_named() {
+        let ud = UserData::new(UserDataFormat::PowerShell, "<powershell></powershell>");
+        let e = fit(ud, &[], &delivery(100, false)).unwrap_err();
+        assert!(e.to_string().contains("PowerShell"), "{e}");
+    }
+
+    #[test]
+    fn base64_basis_counts_the_encoded_size() {
+        assert_eq!(SizeBasis::Base64.counted(3), 4);
+        assert_eq!(SizeBasis::Base64.counted(4), 8);
+        assert_eq!(SizeBasis::Raw.counted(4), 4);
+    }
+
+    #[test]
+    fn debug_never_shows_content() {
+        let ud = UserData::new(UserDataFormat::CloudConfig, "token: hunter2");
+        let part = UserDataPart::new(UserDataFormat::CloudConfig, "a", "token: hunter2");
+        assert!(!format!("{ud:?}{part:?}").contains("hunter2"));
+    }
+}
