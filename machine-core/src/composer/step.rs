@@ -228,6 +228,10 @@ impl Composer {
             }
         }
 
+        for layer in decoupled.iter().take(st.layers_done) {
+            let condition = format!("LayerApplied/{}", layer.software.name());
+            m.set_condition(&condition, true, "Applied", "applied");
+        }
         for layer in decoupled.iter().skip(st.layers_done) {
             let name = layer.software.name();
             let condition = format!("LayerApplied/{name}");

@@ -373,17 +373,17 @@ impl MachineProvisioner for SimProvider {
 
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
         spec.validate()?;
-        if let Some(ud) = user_data {
-            if ud.bytes.len() > self.config.user_data_limit {
-                return Err(Error::invalid_spec(
-                    "userData",
-                    format!(
-                        "{} bytes exceed the simulated provider's limit of {}",
-                        ud.bytes.len(),
-                        self.config.user_data_limit
-                    ),
-                ));
-            }
+        if let Some(ud) = user_data
+            && ud.bytes.len() > self.config.user_data_limit
+        {
+            return Err(Error::invalid_spec(
+                "userData",
+                format!(
+                    "{} bytes exceed the simulated provider's limit of {}",
+                    ud.bytes.len(),
+                    self.config.user_data_limit
+                ),
+            ));
         }
         let (jitter, boot_fails) = {
             let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
@@ -394,12 +394,11 @@ impl MachineProvisioner for SimProvider {
         let mut st = self.cloud.lock();
         st.api_calls += 1;
         let key = (self.config.owner.clone(), spec.name.clone());
-        if let Some(id) = st.by_name.get(&key).cloned() {
-            if let Some(m) = st.machines.get_mut(&id) {
-                if m.phase(now, self.config.delete_latency) != Phase::Deleted {
-                    return Ok(self.view(m, now));
-                }
-            }
+        if let Some(id) = st.by_name.get(&key).cloned()
+            && let Some(m) = st.machines.get_mut(&id)
+            && m.phase(now, self.config.delete_latency) != Phase::Deleted
+        {
+            return Ok(self.view(m, now));
         }
         st.seq += 1;
         let seq = st.seq;
@@ -475,10 +474,11 @@ impl MachineProvisioner for SimProvider {
     async fn delete(&self, id: &ProviderId) -> Result<()> {
         let mut st = self.cloud.lock();
         st.api_calls += 1;
-        if let Some(m) = st.machines.get_mut(id) {
-            if m.owner == self.config.owner && m.delete_at.is_none() {
-                m.delete_at = Some(Instant::now());
-            }
+        if let Some(m) = st.machines.get_mut(id)
+            && m.owner == self.config.owner
+            && m.delete_at.is_none()
+        {
+            m.delete_at = Some(Instant::now());
         }
         Ok(())
     }

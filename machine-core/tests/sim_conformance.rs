@@ -1,0 +1,159 @@
+//! The conformance suite against the simulator, bare and through every decorator.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use machine_core::conformance::{self, Fixture};
+use machine_core::decorators::{FaultConfig, FaultInjecting, RateLimited, Retrying};
+use machine_core::sim::{SimCloud, SimConfig, SimProvider};
+use machine_core::{MachineProvisioner, MachineSpec, RetryPolicy};
+
+fn fixture() -> Fixture {
+    Fixture::new("sim:///m-99999999", |name| {
+        MachineSpec::new(name.clone())
+            .with_image("debian-12")
+            .with_size("small")
+    })
+}
+
+fn sim(cloud: &SimCloud, config: SimConfig) -> Arc<SimProvider> {
+    Arc::new(SimProvider::new(cloud.clone(), config).unwrap())
+}
+
+#[tokio::test]
+async fn sim_passes_conformance() {
+    let cloud = SimCloud::new();
+    conformance::run_all(
+        sim(&cloud, SimConfig::default()),
+        sim(&cloud, SimConfig::default()),
+        &fixture(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn sim_with_boot_and_delete_latency_passes_conformance() {
+    let cloud = SimCloud::new();
+    let config = SimConfig {
+        boot_latency: Duration::from_millis(30),
+        boot_jitter: Duration::from_millis(20),
+        delete_latency: Duration::from_millis(30),
+        ..SimConfig::default()
+    };
+    conformance::run_all(sim(&cloud, config.clone()), sim(&cloud, config), &fixture()).await;
+}
+
+fn faulty(cloud: &SimCloud, seed: u64) -> Arc<dyn MachineProvisioner> {
+    let faults = FaultConfig {
+        error_rate: 0.2,
+        throttle_rate: 0.1,
+        retry_after: Some(Duration::from_millis(2)),
+        lost_response_rate: 0.2,
+        latency_jitter: Duration::from_millis(2),
+        seed: Some(seed),
+        ..FaultConfig::default()
+    };
+    let policy = RetryPolicy {
+        max_retries: 12,
+        initial_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+        ..RetryPolicy::default()
+    };
+    Arc::new(Retrying::new(
+        FaultInjecting::new(sim(cloud, SimConfig::default()), faults).unwrap(),
+        policy,
+    ))
+}
+
+/// Retries over injected errors, throttling and lost responses keep every promise:
+/// in particular a create whose answer was lost and was retried makes one machine.
+#[tokio::test]
+async fn retrying_over_faults_passes_conformance() {
+    let cloud = SimCloud::new();
+    conformance::run_all(faulty(&cloud, 7), faulty(&cloud, 8), &fixture()).await;
+}
+
+#[tokio::test]
+async fn rate_limited_passes_conformance() {
+    let cloud = SimCloud::new();
+    let limited = |cloud: &SimCloud| -> Arc<dyn MachineProvisioner> {
+        Arc::new(RateLimited::new(
+            sim(cloud, SimConfig::default()),
+            NonZeroU32::new(2000).unwrap(),
+        ))
+    };
+    conformance::run_all(limited(&cloud), limited(&cloud), &fixture()).await;
+}
+
+#[tokio::test]
+async fn decorators_show_what_they_wrap() {
+    let cloud = SimCloud::new();
+    let p = Retrying::new(
+        RateLimited::new(
+            sim(&cloud, SimConfig::default()),
+            NonZeroU32::new(5).unwrap(),
+        ),
+        RetryPolicy::default(),
+    );
+    assert_eq!(p.to_string(), "Retrying(RateLimited(sim(owner=sim), 5/s))");
+}
+
+#[tokio::test]
+async fn faults_without_retries_surface_as_transient_errors() {
+    let cloud = SimCloud::new();
+    let p = FaultInjecting::new(
+        sim(&cloud, SimConfig::default()),
+        FaultConfig {
+            error_rate: 1.0,
+            ..FaultConfig::default()
+        },
+    )
+    .unwrap();
+    let e = p
+        .find(&machine_core::MachineName::new("a").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), machine_core::ErrorKind::Transient);
+    assert_eq!(
+        cloud.api_calls(),
+        0,
+        "an injected fault must not reach the provider"
+    );
+}
+
+#[test]
+fn fault_rates_outside_zero_to_one_are_refused() {
+    let cloud = SimCloud::new();
+    let e = FaultInjecting::new(
+        sim(&cloud, SimConfig::default()),
+        FaultConfig {
+            throttle_rate: 1.5,
+            ..FaultConfig::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.field(), Some("throttleRate"));
+}
+
+#[tokio::test]
+async fn rate_limit_spaces_calls() {
+    let cloud = SimCloud::new();
+    let p = RateLimited::new(
+        sim(&cloud, SimConfig::default()),
+        NonZeroU32::new(50).unwrap(),
+    );
+    let name = machine_core::MachineName::new("a").unwrap();
+    // The burst allowance is one second's worth (50); the 51st to 60th calls must wait
+    // for new permits at 50/s, so 60 calls take at least 10 * 20 ms.
+    let start = std::time::Instant::now();
+    for _ in 0..60 {
+        p.find(&name).await.unwrap();
+    }
+    assert!(
+        start.elapsed() >= Duration::from_millis(180),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(cloud.api_calls(), 60);
+}
