@@ -1,0 +1,267 @@
+//! One authenticated SSH connection: connect (with retries, through a jump host),
+//! verify the host key, authenticate, keep alive. [`SshClient`] implements
+//! machine-core's [`Transport`]; every command and file of a machine goes over the one
+//! connection, each as its own channel.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use machine_core::{Error, ErrorKind, ExecOutput, ExecRequest, FileUpload, Result, Transport};
+use russh::client::{Config, Handle, Handler};
+use russh::keys::PublicKeyOrCertificate;
+
+use crate::auth::authenticate;
+use crate::config::{SshConfig, SshTarget};
+use crate::errors::{io_error, ssh_error};
+use crate::exec::{Stdin, run};
+use crate::hostkeys::{HostKeyPin, HostKeyPolicy, verify};
+
+/// The russh callback object: checks the server's key against the policy and keeps the
+/// reason for a refusal, which russh itself reduces to "unknown key".
+pub(crate) struct ClientHandler {
+    policy: HostKeyPolicy,
+    pins: Vec<HostKeyPin>,
+    host: String,
+    port: u16,
+    refused: Arc<Mutex<Option<Error>>>,
+}
+
+impl Handler for ClientHandler {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        key: &PublicKeyOrCertificate,
+    ) -> Result<bool, russh::Error> {
+        let PublicKeyOrCertificate::PublicKey { key, .. } = key else {
+            self.refuse(Error::permanent(format!(
+                "{}:{}: the server presented a host certificate; only plain host keys are verified",
+                self.host, self.port
+            )));
+            return Ok(false);
+        };
+        match verify(&self.policy, &self.pins, &self.host, self.port, key) {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                self.refuse(e);
+                Ok(false)
+            }
+        }
+    }
+}
+
+impl ClientHandler {
+    fn refuse(&self, e: Error) {
+        if let Ok(mut slot) = self.refused.lock() {
+            *slot = Some(e);
+        }
+    }
+}
+
+/// An open, authenticated SSH connection to one machine.
+///
+/// Cheap to share (`Arc`); commands run concurrently over it as separate channels. When
+/// the connection drops (keepalive unanswered, link cut), calls fail with a transient
+/// error and [`SshClient::is_closed`] turns true: connect again.
+pub struct SshClient {
+    handle: Handle<ClientHandler>,
+    target: SshTarget,
+    peer: String,
+    command_timeout: Option<Duration>,
+    sudo: bool,
+    // Keeps the tunnel's carrier connection open as long as this one.
+    _jump: Option<Arc<SshClient>>,
+}
+
+impl std::fmt::Debug for SshClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SshClient")
+            .field("target", &self.target.to_string())
+            .field("via", &self._jump.as_ref().map(|j| j.target.to_string()))
+            .finish()
+    }
+}
+
+impl SshClient {
+    /// Connects to `target`, trusting `pins` (or the config's known_hosts policy), and
+    /// retries transient failures (refused, reset, timed out) with the config's backoff
+    /// until its deadline. A host-key refusal or failed authentication fails at once.
+    pub async fn connect(
+        config: &SshConfig,
+        target: &SshTarget,
+        pins: &[HostKeyPin],
+    ) -> Result<Self> {
+        let attempt = || Self::connect_once(config, target, pins);
+        let what = format!("ssh connect {target}");
+        let retried = config.retry.retry(&what, attempt);
+        match tokio::time::timeout(config.connect_deadline, retried).await {
+            Ok(res) => res,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{target}: not reachable within {}",
+                    humantime_secs(config.connect_deadline)
+                ),
+            )),
+        }
+    }
+
+    /// One attempt, no retry, bounded by the config's connect timeout.
+    pub async fn connect_once(
+        config: &SshConfig,
+        target: &SshTarget,
+        pins: &[HostKeyPin],
+    ) -> Result<Self> {
+        let fut = async {
+            let jump = match &config.jump {
+                Some(j) => {
+                    let direct = SshConfig {
+                        jump: None,
+                        ..config.clone()
+                    };
+                    Some(Arc::new(
+                        Box::pin(Self::connect_once(&direct, &j.target, &j.pins)).await?,
+                    ))
+                }
+                None => None,
+            };
+            Self::handshake(config, target, pins, jump).await
+        };
+        match tokio::time::timeout(config.connect_timeout, fut).await {
+            Ok(res) => res,
+            Err(_) => Err(Error::transient(format!(
+                "{target}: connection attempt timed out after {}",
+                humantime_secs(config.connect_timeout)
+            ))),
+        }
+    }
+
+    async fn handshake(
+        config: &SshConfig,
+        target: &SshTarget,
+        pins: &[HostKeyPin],
+        jump: Option<Arc<SshClient>>,
+    ) -> Result<Self> {
+        let peer = target.address();
+        let refused = Arc::new(Mutex::new(None));
+        let handler = ClientHandler {
+            policy: config.host_keys.clone(),
+            pins: pins.to_vec(),
+            host: target.host.clone(),
+            port: target.port,
+            refused: refused.clone(),
+        };
+        let ssh_config = Arc::new(Config {
+            keepalive_interval: Some(config.keepalive_interval),
+            keepalive_max: config.keepalive_max,
+            nodelay: true,
+            ..Config::default()
+        });
+        let connected = match &jump {
+            None => {
+                let stream = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
+                    .await
+                    .map_err(|e| io_error(&peer, e))?;
+                stream.set_nodelay(true).map_err(|e| io_error(&peer, e))?;
+                russh::client::connect_stream(ssh_config, stream, handler).await
+            }
+            Some(j) => {
+                let channel = j
+                    .handle
+                    .channel_open_direct_tcpip(
+                        target.host.clone(),
+                        u32::from(target.port),
+                        "127.0.0.1",
+                        0,
+                    )
+                    .await
+                    .map_err(|e| {
+                        // The jump host could not reach the target: as transient as a refused connection.
+                        let mut err =
+                            ssh_error(&peer, e).context(format_args!("via jump host {}", j.target));
+                        if err.kind() == ErrorKind::Permanent {
+                            err = Error::transient(err.message().to_owned());
+                        }
+                        err
+                    })?;
+                russh::client::connect_stream(ssh_config, channel.into_stream(), handler).await
+            }
+        };
+        let mut handle = match connected {
+            Ok(h) => h,
+            Err(e) => {
+                if let Some(refusal) = refused.lock().ok().and_then(|mut s| s.take()) {
+                    return Err(refusal);
+                }
+                return Err(ssh_error(&peer, e));
+            }
+        };
+        authenticate(&mut handle, &peer, &target.user, &config.auth).await?;
+        tracing::debug!(target = %target, via = ?jump.as_ref().map(|j| j.target.to_string()), "ssh connected");
+        Ok(SshClient {
+            handle,
+            target: target.clone(),
+            peer,
+            command_timeout: config.command_timeout,
+            sudo: config.sudo,
+            _jump: jump,
+        })
+    }
+
+    /// The target this client is connected to.
+    pub fn target(&self) -> &SshTarget {
+        &self.target
+    }
+
+    /// Whether the connection has dropped.
+    pub fn is_closed(&self) -> bool {
+        self.handle.is_closed()
+    }
+
+    /// Closes the connection politely.
+    pub async fn close(&self) {
+        let _ = self
+            .handle
+            .disconnect(russh::Disconnect::ByApplication, "bye", "en")
+            .await;
+    }
+
+    fn prepare(&self, request: &ExecRequest) -> ExecRequest {
+        let mut req = request.clone();
+        req.sudo |= self.sudo;
+        if req.timeout.is_none() {
+            req.timeout = self.command_timeout;
+        }
+        req
+    }
+
+    /// Runs `request` with `stdin` fed to the command.
+    pub(crate) async fn exec_with_stdin(
+        &self,
+        request: &ExecRequest,
+        stdin: Stdin<'_>,
+    ) -> Result<ExecOutput> {
+        let req = self.prepare(request);
+        run(&self.handle, &self.peer, &req, stdin).await
+    }
+}
+
+#[async_trait]
+impl Transport for SshClient {
+    async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput> {
+        self.exec_with_stdin(request, Stdin::None).await
+    }
+
+    async fn upload(&self, file: &FileUpload) -> Result<()> {
+        crate::upload::upload(self, file).await
+    }
+
+    async fn read_file(&self, path: &str, max_bytes: usize) -> Result<Option<Vec<u8>>> {
+        crate::upload::read_file(self, path, max_bytes).await
+    }
+}
+
+pub(crate) fn humantime_secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}

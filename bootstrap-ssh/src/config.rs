@@ -1,0 +1,249 @@
+//! Connection settings: who to log in as, how, which host keys to trust, and how long to
+//! wait for what.
+
+use std::fmt;
+use std::time::Duration;
+
+use machine_core::{Error, Result, RetryPolicy};
+
+use crate::auth::Auth;
+use crate::hostkeys::{HostKeyPin, HostKeyPolicy};
+
+/// Where to connect: host, port and user.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SshTarget {
+    /// Host name or IP address (IPv6 without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// User to log in as.
+    pub user: String,
+}
+
+impl SshTarget {
+    /// A target; an empty host or user, or port 0, is an invalid-spec error naming the field.
+    pub fn new(host: impl Into<String>, port: u16, user: impl Into<String>) -> Result<Self> {
+        let t = SshTarget {
+            host: host.into(),
+            port,
+            user: user.into(),
+        };
+        if t.host.trim().is_empty() || t.host.chars().any(char::is_whitespace) {
+            return Err(Error::invalid_spec(
+                "host",
+                format!("{:?} is not a host name or address", t.host),
+            ));
+        }
+        if t.port == 0 {
+            return Err(Error::invalid_spec("port", "0 is not a TCP port (1-65535)"));
+        }
+        if t.user.is_empty() || t.user.chars().any(|c| c.is_whitespace() || c == '@') {
+            return Err(Error::invalid_spec(
+                "user",
+                format!("{:?} is not a user name", t.user),
+            ));
+        }
+        Ok(t)
+    }
+
+    /// Parses `[user@]host[:port]` (IPv6 as `[addr]:port`), with `default_user` and port
+    /// 22 when not given.
+    pub fn parse(text: &str, default_user: &str) -> Result<Self> {
+        let (user, rest) = match text.rsplit_once('@') {
+            Some((u, r)) => (u, r),
+            None => (default_user, text),
+        };
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (h, after) = v6
+                .split_once(']')
+                .ok_or_else(|| Error::invalid_spec("host", format!("{text:?}: unclosed '['")))?;
+            match after.strip_prefix(':') {
+                Some(p) => (h, Some(p)),
+                None if after.is_empty() => (h, None),
+                None => {
+                    return Err(Error::invalid_spec(
+                        "host",
+                        format!("{text:?}: junk after ']'"),
+                    ));
+                }
+            }
+        } else if rest.matches(':').count() == 1 {
+            let (h, p) = rest.split_once(':').unwrap_or((rest, ""));
+            (h, Some(p))
+        } else {
+            (rest, None)
+        };
+        let port = match port {
+            None => 22,
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                Error::invalid_spec(
+                    "port",
+                    format!("{p:?} in {text:?} is not a TCP port (1-65535)"),
+                )
+            })?,
+        };
+        SshTarget::new(host, port, user)
+    }
+
+    /// `host:port`, with an IPv6 host in brackets.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl fmt::Display for SshTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.user, self.address())
+    }
+}
+
+/// A host to go through (OpenSSH's `ProxyJump`): the connection to the machine is tunnelled
+/// through a `direct-tcpip` channel of a connection to this host.
+#[derive(Debug, Clone)]
+pub struct JumpHost {
+    /// The jump host.
+    pub target: SshTarget,
+    /// Host keys pinned for the jump host (checked like a machine's pins); empty to use
+    /// the config's known_hosts policy.
+    pub pins: Vec<HostKeyPin>,
+}
+
+/// How to connect: authentication, host-key policy, timeouts, retries, keepalive, jump
+/// host and privilege. Built with the `with_*` setters from [`SshConfig::new`].
+#[derive(Debug, Clone)]
+pub struct SshConfig {
+    pub(crate) auth: Vec<Auth>,
+    pub(crate) host_keys: HostKeyPolicy,
+    pub(crate) user: Option<String>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) connect_deadline: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) keepalive_interval: Duration,
+    pub(crate) keepalive_max: usize,
+    pub(crate) command_timeout: Option<Duration>,
+    pub(crate) jump: Option<JumpHost>,
+    pub(crate) sudo: bool,
+}
+
+impl SshConfig {
+    /// A config that authenticates with `auth` (tried in order) and verifies host keys
+    /// against pins or `~/.ssh/known_hosts`. Defaults: 10 s per connection attempt, retries
+    /// for up to 5 minutes (from 500 ms, doubling, capped at 10 s, with jitter), a
+    /// keepalive every 15 s (the connection is dropped after 3 unanswered), no command
+    /// timeout, no jump host, no sudo.
+    pub fn new(auth: Vec<Auth>) -> Self {
+        SshConfig {
+            auth,
+            host_keys: HostKeyPolicy::default(),
+            user: None,
+            connect_timeout: Duration::from_secs(10),
+            connect_deadline: Duration::from_secs(300),
+            retry: RetryPolicy {
+                max_retries: usize::MAX,
+                initial_delay: Duration::from_millis(500),
+                max_delay: Duration::from_secs(10),
+                factor: 2.0,
+                jitter: true,
+            },
+            keepalive_interval: Duration::from_secs(15),
+            keepalive_max: 3,
+            command_timeout: None,
+            jump: None,
+            sudo: false,
+        }
+    }
+
+    /// Sets the host-key policy.
+    pub fn with_host_keys(mut self, policy: HostKeyPolicy) -> Self {
+        self.host_keys = policy;
+        self
+    }
+
+    /// Logs in as `user` instead of the user in the machine's access info.
+    pub fn with_user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Gives up on one connection attempt (TCP, handshake and auth) after `timeout`.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Retries transient connection failures with `retry`, for at most `deadline` overall;
+    /// then the last error is returned. Permanent failures (host key, auth) are never retried.
+    pub fn with_retry(mut self, retry: RetryPolicy, deadline: Duration) -> Self {
+        self.retry = retry;
+        self.connect_deadline = deadline;
+        self
+    }
+
+    /// Sends a keepalive after `interval` of silence and drops the connection after
+    /// `max` unanswered ones, so a cut link is noticed within about `interval * (max + 1)`.
+    pub fn with_keepalive(mut self, interval: Duration, max: usize) -> Self {
+        self.keepalive_interval = interval;
+        self.keepalive_max = max.max(1);
+        self
+    }
+
+    /// A timeout for every command, file upload and read that sets none of its own.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = Some(timeout);
+        self
+    }
+
+    /// Reaches machines through `jump`.
+    pub fn with_jump_host(mut self, jump: JumpHost) -> Self {
+        self.jump = Some(jump);
+        self
+    }
+
+    /// Runs every command, upload and read through `sudo -n`, for a login user that is
+    /// not root (machine-core's step state lives under `/var/lib`).
+    pub fn with_sudo(mut self, sudo: bool) -> Self {
+        self.sudo = sudo;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_user_host_port() {
+        let t = SshTarget::parse("ops@10.0.0.5:2222", "root").unwrap();
+        assert_eq!(
+            (t.user.as_str(), t.host.as_str(), t.port),
+            ("ops", "10.0.0.5", 2222)
+        );
+        let t = SshTarget::parse("web-1", "root").unwrap();
+        assert_eq!((t.user.as_str(), t.port), ("root", 22));
+        let t = SshTarget::parse("[fd00::5]:23", "root").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("fd00::5", 23));
+        assert_eq!(t.to_string(), "root@[fd00::5]:23");
+    }
+
+    #[test]
+    fn bad_targets_name_the_field() {
+        for (text, field) in [
+            ("", "host"),
+            ("ops@", "host"),
+            (":22", "host"),
+            ("h:70000", "port"),
+            ("h:0", "port"),
+            ("h:http", "port"),
+            ("[fd00::1", "host"),
+            ("@h", "user"),
+        ] {
+            let e = SshTarget::parse(text, "root").unwrap_err();
+            assert_eq!(e.field(), Some(field), "{text:?}: {e}");
+            assert_eq!(e.kind(), machine_core::ErrorKind::InvalidSpec);
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Running one command on a channel: exit status, bounded output (the tail is kept),
+//! each line streamed into tracing, a timeout, and optional stdin.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use machine_core::{Error, ExecOutput, ExecRequest, Result};
+use russh::client::Handle;
+use russh::{ChannelMsg, Sig};
+
+use crate::client::{ClientHandler, humantime_secs};
+use crate::errors::{connection_lost, ssh_error};
+
+/// What to feed the command on standard input.
+#[derive(Clone, Copy)]
+pub(crate) enum Stdin<'a> {
+    /// Nothing: stdin is closed at once.
+    None,
+    /// These bytes, then end of file.
+    Bytes(&'a [u8]),
+}
+
+/// Lines longer than this are logged cut, so one huge line cannot grow the log buffer.
+const MAX_LOG_LINE: usize = 4096;
+
+/// The last `max` bytes of a stream.
+struct Tail {
+    buf: VecDeque<u8>,
+    max: usize,
+    cut: bool,
+}
+
+impl Tail {
+    fn new(max: usize) -> Self {
+        Tail {
+            buf: VecDeque::with_capacity(max.min(64 * 1024)),
+            max,
+            cut: false,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        let data = if data.len() > self.max {
+            self.cut = true;
+            self.buf.clear();
+            &data[data.len() - self.max..]
+        } else {
+            data
+        };
+        let over = (self.buf.len() + data.len()).saturating_sub(self.max);
+        if over > 0 {
+            self.cut = true;
+            self.buf.drain(..over);
+        }
+        self.buf.extend(data);
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        self.buf.into()
+    }
+}
+
+/// Splits a stream into lines for tracing, holding at most one partial line.
+struct LineLog {
+    partial: Vec<u8>,
+    stream: &'static str,
+    on: bool,
+}
+
+impl LineLog {
+    fn new(stream: &'static str) -> Self {
+        LineLog {
+            partial: Vec::new(),
+            stream,
+            on: tracing::enabled!(tracing::Level::DEBUG),
+        }
+    }
+
+    fn push(&mut self, peer: &str, data: &[u8]) {
+        if !self.on {
+            return;
+        }
+        let mut rest = data;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+            self.take(&rest[..i]);
+            self.emit(peer);
+            rest = &rest[i + 1..];
+        }
+        self.take(rest);
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        let room = MAX_LOG_LINE.saturating_sub(self.partial.len());
+        self.partial
+            .extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    fn emit(&mut self, peer: &str) {
+        let line = String::from_utf8_lossy(&self.partial);
+        tracing::debug!(peer, stream = self.stream, "{line}");
+        self.partial.clear();
+    }
+
+    fn finish(&mut self, peer: &str) {
+        if self.on && !self.partial.is_empty() {
+            self.emit(peer);
+        }
+    }
+}
+
+/// Runs `req` (already adjusted for sudo and the default timeout) on a new channel.
+pub(crate) async fn run(
+    handle: &Handle<ClientHandler>,
+    peer: &str,
+    req: &ExecRequest,
+    stdin: Stdin<'_>,
+) -> Result<ExecOutput> {
+    let channel = handle.channel_open_session().await.map_err(|e| {
+        if handle.is_closed() {
+            connection_lost(peer, "opening a channel")
+        } else {
+            ssh_error(peer, e)
+        }
+    })?;
+    let (mut reader, writer) = channel.split();
+    tracing::debug!(peer, command = %req.command, sudo = req.sudo, "exec");
+    writer
+        .exec(true, req.shell_line())
+        .await
+        .map_err(|_| connection_lost(peer, "starting a command"))?;
+
+    let feed = async {
+        if let Stdin::Bytes(bytes) = stdin {
+            writer.data(bytes).await?;
+        }
+        writer.eof().await
+    };
+    let collect = async {
+        let mut out = Tail::new(req.max_output);
+        let mut err = Tail::new(req.max_output);
+        let mut out_log = LineLog::new("stdout");
+        let mut err_log = LineLog::new("stderr");
+        let mut status = None;
+        let mut finished = false;
+        while let Some(msg) = reader.wait().await {
+            match msg {
+                ChannelMsg::Data { data } => {
+                    out_log.push(peer, &data);
+                    out.push(&data);
+                }
+                ChannelMsg::ExtendedData { data, ext: 1 } => {
+                    err_log.push(peer, &data);
+                    err.push(&data);
+                }
+                ChannelMsg::ExitStatus { exit_status } => {
+                    status = Some(exit_status as i32);
+                    finished = true;
+                }
+                ChannelMsg::ExitSignal { signal_name, .. } => {
+                    tracing::debug!(peer, command = %req.command, signal = ?signal_name, "killed by a signal");
+                    finished = true;
+                }
+                ChannelMsg::Failure => {
+                    return Err(Error::permanent(format!(
+                        "{peer}: the server refused to run {:?}",
+                        req.command
+                    )));
+                }
+                ChannelMsg::Close => break,
+                _ => {}
+            }
+        }
+        out_log.finish(peer);
+        err_log.finish(peer);
+        if !finished {
+            return Err(connection_lost(peer, &format!("running {:?}", req.command)));
+        }
+        let truncated = out.cut || err.cut;
+        Ok(ExecOutput {
+            status,
+            stdout: out.into_vec(),
+            stderr: err.into_vec(),
+            truncated,
+        })
+    };
+    let both = async {
+        // Feed and collect together: a command may write before it has read all its input.
+        let (fed, collected) = tokio::join!(feed, collect);
+        let out = collected?;
+        if fed.is_err() && out.status.is_none() {
+            return Err(connection_lost(peer, "sending input"));
+        }
+        Ok(out)
+    };
+    match req.timeout {
+        None => both.await,
+        Some(limit) => match tokio::time::timeout(limit, both).await {
+            Ok(res) => res,
+            Err(_) => {
+                let _ = writer.signal(Sig::KILL).await;
+                let _ = writer.close().await;
+                Err(timed_out(peer, &req.command, limit))
+            }
+        },
+    }
+}
+
+fn timed_out(peer: &str, command: &str, limit: Duration) -> Error {
+    Error::timeout(format!(
+        "{peer}: command {command:?} did not finish within {}; it was sent SIGKILL",
+        humantime_secs(limit)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_bytes() {
+        let mut t = Tail::new(5);
+        t.push(b"abc");
+        assert!(!t.cut);
+        t.push(b"defg");
+        t.push(b"");
+        assert!(t.cut);
+        assert_eq!(t.into_vec(), b"cdefg");
+        let mut t = Tail::new(3);
+        t.push(b"0123456789");
+        assert_eq!(t.into_vec(), b"789");
+        let mut t = Tail::new(0);
+        t.push(b"x");
+        assert!(t.into_vec().is_empty());
+    }
+}

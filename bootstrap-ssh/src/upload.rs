@@ -1,0 +1,158 @@
+//! Files over the exec channel: an upload streams the content to `cat` on the machine,
+//! into a temporary file beside the target, checks its SHA-256 there, sets mode and
+//! owner, then renames it into place: a reader never sees half a file, and a corrupted
+//! one never replaces a good one.
+//!
+//! Why not SFTP: one channel and one round trip per file instead of an SFTP session,
+//! and it goes through `sudo` like every command, which an SFTP server running as the
+//! login user cannot do for root-owned paths.
+
+use machine_core::{Error, ExecRequest, FileUpload, Result};
+use sha2::{Digest, Sha256};
+
+use crate::client::SshClient;
+use crate::exec::Stdin;
+
+/// Exit status of the upload script when the checksum on the machine differs.
+const CHECKSUM_MISMATCH: i32 = 97;
+/// Exit status of the read script when the file does not exist.
+const NOT_FOUND: i32 = 96;
+/// Exit status of the read script when the file is larger than the bound.
+const TOO_LARGE: i32 = 95;
+
+fn quote(field: &str, s: &str) -> Result<String> {
+    shlex::try_quote(s)
+        .map(|q| q.into_owned())
+        .map_err(|_| Error::invalid_spec(field, "holds a NUL byte"))
+}
+
+fn check_path(path: &str) -> Result<()> {
+    if !path.starts_with('/') || path.ends_with('/') || path.contains('\0') {
+        return Err(Error::invalid_spec(
+            "path",
+            format!("{path:?} is not an absolute file path"),
+        ));
+    }
+    Ok(())
+}
+
+/// The shell script that receives the content on stdin.
+fn upload_script(file: &FileUpload, sha256: &str) -> Result<String> {
+    check_path(&file.path)?;
+    if file.mode > 0o7777 {
+        return Err(Error::invalid_spec(
+            "mode",
+            format!("{:#o} is not a permission mode", file.mode),
+        ));
+    }
+    let path = quote("path", &file.path)?;
+    let chown = match &file.owner {
+        Some(owner) => {
+            if owner.is_empty() || owner.starts_with('-') || owner.chars().any(char::is_whitespace)
+            {
+                return Err(Error::invalid_spec(
+                    "owner",
+                    format!("{owner:?} is not user or user:group"),
+                ));
+            }
+            format!("chown {} \"$t\"\n", quote("owner", owner)?)
+        }
+        None => String::new(),
+    };
+    Ok(format!(
+        "set -e\np={path}\nd=$(dirname \"$p\")\nmkdir -p \"$d\"\nt=\"$d/.$(basename \"$p\").upload-$$\"\ntrap 'rm -f \"$t\"' EXIT\n(umask 077; cat > \"$t\")\ns=$(sha256sum \"$t\")\ns=${{s%% *}}\nif [ \"$s\" != {sha256} ]; then echo \"checksum mismatch: the machine has $s, {sha256} was sent\" >&2; exit {CHECKSUM_MISMATCH}; fi\n{chown}chmod {mode:o} \"$t\"\nmv -f \"$t\" \"$p\"\ntrap - EXIT\n",
+        mode = file.mode
+    ))
+}
+
+pub(crate) async fn upload(client: &SshClient, file: &FileUpload) -> Result<()> {
+    let sha256 = hex(&Sha256::digest(&file.content));
+    let script = upload_script(file, &sha256)?;
+    let mut req = ExecRequest::new(script);
+    req.max_output = 64 * 1024;
+    let out = client
+        .exec_with_stdin(&req, Stdin::Bytes(&file.content))
+        .await?;
+    match out.status {
+        Some(0) => {
+            tracing::debug!(target = %client.target(), path = %file.path, bytes = file.content.len(), %sha256, "uploaded");
+            Ok(())
+        }
+        Some(CHECKSUM_MISMATCH) => Err(Error::transient(format!(
+            "upload of {} to {}: {}",
+            file.path,
+            client.target(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))),
+        _ => out
+            .check(&format!("upload {}", file.path))
+            .map(drop)
+            .map_err(|e| e.context(client.target())),
+    }
+}
+
+pub(crate) async fn read_file(
+    client: &SshClient,
+    path: &str,
+    max_bytes: usize,
+) -> Result<Option<Vec<u8>>> {
+    check_path(path)?;
+    let p = quote("path", path)?;
+    let script = format!(
+        "p={p}\n[ -e \"$p\" ] || exit {NOT_FOUND}\nn=$(wc -c < \"$p\") || exit 1\nif [ \"$n\" -gt {max_bytes} ]; then echo \"$n bytes\" >&2; exit {TOO_LARGE}; fi\nexec cat \"$p\"\n"
+    );
+    let mut req = ExecRequest::new(script);
+    req.max_output = max_bytes.max(1);
+    let out = client.exec_with_stdin(&req, Stdin::None).await?;
+    match out.status {
+        Some(0) => Ok(Some(out.stdout)),
+        Some(NOT_FOUND) => Ok(None),
+        Some(TOO_LARGE) => Err(Error::permanent(format!(
+            "{}: {path} holds {} , more than the {max_bytes} bytes allowed",
+            client.target(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))),
+        _ => out
+            .check(&format!("read {path}"))
+            .map(|_| None)
+            .map_err(|e| e.context(client.target())),
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_uploads_name_the_field() {
+        let e = upload_script(&FileUpload::new("etc/x", "a"), "00").unwrap_err();
+        assert_eq!(e.field(), Some("path"));
+        let e = upload_script(&FileUpload::new("/etc/x", "a").mode(0o17777), "00").unwrap_err();
+        assert_eq!(e.field(), Some("mode"));
+        let mut f = FileUpload::new("/etc/x", "a");
+        f.owner = Some("-R root".into());
+        assert_eq!(upload_script(&f, "00").unwrap_err().field(), Some("owner"));
+    }
+
+    #[test]
+    fn script_quotes_the_path() {
+        let path = "/tmp/it's $(here) `x`";
+        let s = upload_script(&FileUpload::new(path, "a"), "ab").unwrap();
+        let assign = s.lines().nth(1).unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("{assign}; printf '%s' \"$p\"")])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), path, "{assign}");
+    }
+}

@@ -1,0 +1,277 @@
+//! Several hosts in network namespaces: a fleet at once, a link cut mid-step, a jump host.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bootstrap_ssh::{JumpHost, LayerRunner, SshClient, SshConnector, SshTarget};
+use machine_core::steps::{Step, StepLayer};
+use machine_core::{ErrorKind, ExecRequest, SoftwareProvisioner, Transport};
+use support::{Netns, Sshd, SshdOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_is_applied_to_three_hosts_at_once() {
+    let net = Netns::new(3);
+    let shared = tempfile::tempdir().unwrap();
+    let state = std::env::temp_dir().join(format!("bssh-state-{}", support::unique()));
+    // Each host gets its own (private) copy of the state directory: they share a filesystem.
+    let hosts: Vec<Sshd> = (0..3)
+        .map(|i| {
+            net.sshd_with(
+                i,
+                SshdOptions {
+                    private_dir: Some(state.clone()),
+                    ..SshdOptions::default()
+                },
+            )
+        })
+        .collect();
+    let seen = shared.path().join("seen");
+    let layer = StepLayer::new(
+        "fleet",
+        vec![
+            Step::write_file(state.join("motd").to_str().unwrap(), "managed\n"),
+            Step::run(format!(
+                "ip -4 -o addr show dev eth0 | awk '{{print $4}}' >> {}",
+                seen.display()
+            )),
+        ],
+    )
+    .unwrap()
+    .with_state_dir(state.to_str().unwrap())
+    .unwrap();
+    // One config serves all hosts: pins come from each machine's access.
+    let connector = Arc::new(SshConnector::new(hosts[0].config().with_user("root")));
+    let machines: Vec<_> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let mut m = h.machine(&format!("node-{i}"));
+            // Every host trusts every host's client key: the config holds host 0's.
+            std::fs::copy(
+                hosts[0].client_key.with_extension("pub"),
+                h.dir.path().join("authorized_keys"),
+            )
+            .unwrap();
+            m.access.ssh.as_mut().unwrap().host = net.addrs[i].clone();
+            m
+        })
+        .collect();
+    let runner = LayerRunner::new(connector)
+        .layer(Arc::new(layer))
+        .unwrap()
+        .concurrency(3);
+    let reports = runner.run(&machines).await;
+    for r in &reports {
+        assert!(r.result.is_ok(), "{r}");
+        assert_eq!(r.connections, 1);
+    }
+    let mut got: Vec<String> = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = net.addrs.iter().map(|a| format!("{a}/24")).collect();
+    want.sort();
+    assert_eq!(got, want, "each host ran the step once");
+    // A rerun finds every host done.
+    for r in runner.run(&machines).await {
+        assert!(
+            r.timeline
+                .iter()
+                .any(|m| m.what == "layer fleet already applied"),
+            "{r}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&seen).unwrap().lines().count(), 3);
+    drop(hosts);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_cut_mid_step_resumes_without_redoing_finished_steps() {
+    let net = Netns::new(1);
+    let sshd = net.sshd(0);
+    let d = tempfile::tempdir().unwrap();
+    let p = |name: &str| d.path().join(name).display().to_string();
+    let layer = StepLayer::new(
+        "resume",
+        vec![
+            Step::run(format!("echo done >> {}", p("s1"))),
+            Step::run(format!(
+                "echo done >> {s2}; touch {started}; while [ ! -e {release} ]; do sleep 0.1; done",
+                s2 = p("s2"),
+                started = p("started"),
+                release = p("release")
+            )),
+            Step::run(format!("echo done >> {}", p("s3"))),
+        ],
+    )
+    .unwrap()
+    .with_state_dir(p("state"))
+    .unwrap();
+    let mut m = sshd.machine("cut-1");
+    m.access.ssh.as_mut().unwrap().host = net.addrs[0].clone();
+    let target = SshTarget::new(net.addrs[0].clone(), 22, "root").unwrap();
+    let config = sshd.config();
+    let client = SshClient::connect(&config, &target, &sshd.pins())
+        .await
+        .unwrap();
+
+    let (layer2, m2) = (layer.clone(), m.clone());
+    let first = tokio::spawn(async move { layer2.apply(&m2, &client).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !d.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "step 2 never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    net.link(0, false);
+    let e = tokio::time::timeout(Duration::from_secs(15), first)
+        .await
+        .expect("the cut is noticed by keepalive")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.is_retryable(), "a dropped link is transient: {e}");
+    std::fs::write(d.path().join("release"), "").unwrap();
+    net.link(0, true);
+
+    let client = SshClient::connect(&config, &target, &sshd.pins())
+        .await
+        .unwrap();
+    assert!(!layer.is_applied(&m, &client).await.unwrap());
+    layer.apply(&m, &client).await.unwrap();
+    assert!(layer.is_applied(&m, &client).await.unwrap());
+    let count = |n: &str| {
+        std::fs::read_to_string(d.path().join(n))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    assert_eq!(count("s1"), 1, "finished step 1 not redone");
+    assert_eq!(count("s2"), 2, "interrupted step 2 redone");
+    assert_eq!(count("s3"), 1, "step 3 run once");
+    assert_eq!(count("state/resume.done"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_reconnects_after_a_cut_link() {
+    let net = Arc::new(Netns::new(1));
+    let sshd = net.sshd(0);
+    let d = tempfile::tempdir().unwrap();
+    let p = |name: &str| d.path().join(name).display().to_string();
+    let layer = StepLayer::new(
+        "again",
+        vec![
+            Step::run(format!("echo done >> {}", p("s1"))),
+            Step::run(format!(
+                "echo done >> {}; while [ ! -e {} ]; do sleep 0.1; done",
+                p("s2"),
+                p("release")
+            )),
+        ],
+    )
+    .unwrap()
+    .with_state_dir(p("state"))
+    .unwrap();
+    let mut m = sshd.machine("cut-2");
+    m.access.ssh.as_mut().unwrap().host = net.addrs[0].clone();
+    let runner = LayerRunner::new(Arc::new(SshConnector::new(sshd.config())))
+        .layer(Arc::new(layer))
+        .unwrap()
+        .attempts(3);
+    let (s2, release) = (d.path().join("s2"), d.path().join("release"));
+    // Cut the link while step 2 waits, keep it down past the keepalive, then restore it.
+    let cutter = {
+        let net = net.clone();
+        tokio::spawn(async move {
+            while !s2.exists() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            net.link(0, false);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            std::fs::write(release, "").unwrap();
+            net.link(0, true);
+        })
+    };
+    let report = runner.run_one(&m).await;
+    cutter.await.unwrap();
+    assert!(report.result.is_ok(), "{report}");
+    assert_eq!(report.connections, 2, "reconnected once: {report}");
+    assert!(
+        report
+            .timeline
+            .iter()
+            .any(|m| m.what.starts_with("attempt 1 interrupted")),
+        "{report}"
+    );
+    let count = |n: &str| {
+        std::fs::read_to_string(d.path().join(n))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    assert_eq!(count("s1"), 1, "{report}");
+    assert_eq!(count("s2"), 2, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_reachable_only_through_a_jump_host() {
+    let net = Netns::new(1);
+    let jump = net.sshd(0);
+    let hidden_port = support::free_port();
+    // The target listens on the namespace's own loopback: unreachable from here.
+    let target_sshd = net.sshd_with(
+        0,
+        SshdOptions {
+            listen: Some(("127.0.0.1".into(), hidden_port)),
+            authorized: vec![jump.client_key.with_extension("pub")],
+            ..SshdOptions::default()
+        },
+    );
+    let target = SshTarget::new("127.0.0.1", hidden_port, "root").unwrap();
+    let direct = SshClient::connect_once(&jump.config(), &target, &target_sshd.pins())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        direct.kind(),
+        ErrorKind::Transient,
+        "not reachable directly: {direct}"
+    );
+    let config = jump.config().with_jump_host(JumpHost {
+        target: SshTarget::new(net.addrs[0].clone(), 22, "root").unwrap(),
+        pins: jump.pins(),
+    });
+    let c = SshClient::connect(&config, &target, &target_sshd.pins())
+        .await
+        .unwrap();
+    let out = c
+        .exec(&ExecRequest::new("ip -4 -o addr show dev eth0"))
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&net.addrs[0]),
+        "ran inside the namespace"
+    );
+    c.upload(&machine_core::FileUpload::new(
+        target_sshd.dir.path().join("via-jump").to_str().unwrap(),
+        "hi",
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(target_sshd.dir.path().join("via-jump")).unwrap(),
+        "hi"
+    );
+    // The jump host's key is verified too.
+    let (_, other) = bootstrap_ssh::generate_ed25519().unwrap();
+    let bad = jump.config().with_jump_host(JumpHost {
+        target: SshTarget::new(net.addrs[0].clone(), 22, "root").unwrap(),
+        pins: vec![bootstrap_ssh::HostKeyPin::parse("pin", &other).unwrap()],
+    });
+    let e = SshClient::connect(&bad, &target, &target_sshd.pins())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("MISMATCH"), "{e}");
+}

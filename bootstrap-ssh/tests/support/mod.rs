@@ -1,0 +1,427 @@
+//! Real OpenSSH peers for the tests: sshd processes on free loopback ports or inside
+//! network namespaces the test creates, each with its own host key and authorized key,
+//! stopped by PID and removed on drop even when the test fails.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bootstrap_ssh::{Auth, HostKeyPin, HostKeyPolicy, SshConfig, SshTarget};
+use machine_core::{Access, Machine, MachineName, Phase, ProviderId, RetryPolicy, SshEndpoint};
+
+pub const SSHD: &str = "/usr/sbin/sshd";
+
+pub fn need(tool: &str, package: &str) {
+    let found = if tool.starts_with('/') {
+        Path::new(tool).exists()
+    } else {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(
+        found,
+        "{tool} is missing: run scripts/peers/10-openssh.sh (or apt-get install -y {package})"
+    );
+}
+
+pub fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A run-unique short tag for names of namespaces, links and files.
+pub fn unique() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{:x}{}",
+        std::process::id() % 0xfffff,
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A key pair made with ssh-keygen.
+pub fn keygen(dir: &Path, name: &str, kind: &str, passphrase: &str) -> PathBuf {
+    need("ssh-keygen", "openssh-client");
+    let path = dir.join(name);
+    let mut args = vec!["-q", "-t", kind, "-N", passphrase, "-C", name, "-f"];
+    let p = path.to_str().unwrap().to_owned();
+    args.push(&p);
+    if kind == "rsa" {
+        args.extend(["-b", "2048"]);
+    }
+    run("ssh-keygen", &args);
+    path
+}
+
+/// One sshd process the test owns.
+pub struct Sshd {
+    pub dir: tempfile::TempDir,
+    pub host: String,
+    pub port: u16,
+    pub host_key_pub: String,
+    pub client_key: PathBuf,
+    child: Child,
+    log: PathBuf,
+}
+
+pub struct SshdOptions<'a> {
+    pub netns: Option<&'a str>,
+    pub listen: Option<(String, u16)>,
+    pub extra: &'a str,
+    pub authorized: Vec<PathBuf>,
+    pub wait: bool,
+    /// Start sshd only after this long (keys and port are chosen at once).
+    pub delay: Option<Duration>,
+    /// Mount a private tmpfs here for this sshd and its sessions, so hosts sharing the
+    /// filesystem each have their own copy of this directory.
+    pub private_dir: Option<PathBuf>,
+}
+
+impl Default for SshdOptions<'_> {
+    fn default() -> Self {
+        SshdOptions {
+            netns: None,
+            listen: None,
+            extra: "",
+            authorized: Vec::new(),
+            wait: true,
+            delay: None,
+            private_dir: None,
+        }
+    }
+}
+
+impl Sshd {
+    /// An sshd on a free port of 127.0.0.1, trusting a fresh ed25519 client key.
+    pub fn start() -> Sshd {
+        Sshd::with(SshdOptions::default())
+    }
+
+    pub fn with(opts: SshdOptions) -> Sshd {
+        need(SSHD, "openssh-server");
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let host_key = keygen(dir.path(), "host_key", "ed25519", "");
+        let host_key_pub = std::fs::read_to_string(host_key.with_extension("pub"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        let client_key = keygen(dir.path(), "client_key", "ed25519", "");
+        let mut authorized = std::fs::read_to_string(client_key.with_extension("pub")).unwrap();
+        for extra in &opts.authorized {
+            authorized.push_str(&std::fs::read_to_string(extra).unwrap());
+        }
+        std::fs::write(dir.path().join("authorized_keys"), authorized).unwrap();
+        let (host, port) = opts
+            .listen
+            .clone()
+            .unwrap_or_else(|| ("127.0.0.1".to_owned(), free_port()));
+        let d = dir.path().display();
+        let listen = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let config = format!(
+            "ListenAddress {listen}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
+             UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             PermitRootLogin prohibit-password\nSetEnv SHLVL=1\nClientAliveInterval 2\nClientAliveCountMax 3\n\
+             MaxStartups 200\nMaxSessions 100\nLogLevel ERROR\nSubsystem sftp internal-sftp\n{}\n",
+            opts.extra
+        );
+        std::fs::write(dir.path().join("sshd_config"), config).unwrap();
+        let log = dir.path().join("sshd.log");
+        let cfg = dir.path().join("sshd_config");
+        let mut argv: Vec<String> = Vec::new();
+        if let Some(ns) = opts.netns {
+            argv.extend(["ip", "netns", "exec", ns].map(String::from));
+        }
+        let mut script = String::new();
+        if let Some(d) = opts.delay {
+            script.push_str(&format!("sleep {}; ", d.as_secs_f64()));
+        }
+        if let Some(p) = &opts.private_dir {
+            std::fs::create_dir_all(p).unwrap();
+            argv.extend(["unshare", "-m", "--propagation", "private"].map(String::from));
+            script.push_str(&format!("mount -t tmpfs bssh {} && ", p.display()));
+        }
+        if !script.is_empty() {
+            script.push_str("exec \"$@\"");
+            argv.extend(["sh".to_owned(), "-c".to_owned(), script, "sh".to_owned()]);
+        }
+        // Every wrapper execs the next, so the child's PID ends up being sshd's.
+        argv.extend([SSHD, "-D", "-e", "-f"].map(String::from));
+        argv.push(cfg.display().to_string());
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        cmd.stderr(std::fs::File::create(&log).unwrap());
+        let child = cmd.spawn().expect("start sshd");
+        let sshd = Sshd {
+            dir,
+            host,
+            port,
+            host_key_pub,
+            client_key,
+            child,
+            log,
+        };
+        if opts.wait {
+            sshd.wait_ready(opts.netns);
+        }
+        sshd
+    }
+
+    fn wait_ready(&self, netns: Option<&str>) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = match netns {
+                // Inside a namespace it may listen on the namespace's own loopback.
+                Some(ns) => Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        ns,
+                        "ss",
+                        "-Hltn",
+                        &format!("sport = :{}", self.port),
+                    ])
+                    .output()
+                    .is_ok_and(|o| !o.stdout.is_empty()),
+                None => std::net::TcpStream::connect_timeout(
+                    &format!("{}:{}", self.host, self.port).parse().unwrap(),
+                    Duration::from_millis(200),
+                )
+                .is_ok(),
+            };
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sshd did not start: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn target(&self) -> SshTarget {
+        SshTarget::new(self.host.clone(), self.port, "root").unwrap()
+    }
+
+    pub fn pins(&self) -> Vec<HostKeyPin> {
+        vec![HostKeyPin::parse("pin", &self.host_key_pub).unwrap()]
+    }
+
+    pub fn auth(&self) -> Auth {
+        Auth::key_file(&self.client_key, None).unwrap()
+    }
+
+    /// A config with this server's client key, a quick keepalive and retry.
+    pub fn config(&self) -> SshConfig {
+        fast(SshConfig::new(vec![self.auth()]))
+    }
+
+    pub fn machine(&self, name: &str) -> Machine {
+        let mut m = Machine::new(
+            MachineName::new(name).unwrap(),
+            ProviderId::new(format!("static:///{name}")).unwrap(),
+            Phase::Provisioned,
+        );
+        m.access = Access {
+            ssh: Some(SshEndpoint {
+                host: self.host.clone(),
+                port: self.port,
+                user: "root".into(),
+            }),
+            host_keys: vec![self.host_key_pub.clone()],
+        };
+        m
+    }
+}
+
+pub fn fast(config: SshConfig) -> SshConfig {
+    config
+        .with_host_keys(HostKeyPolicy::Verify {
+            known_hosts: Some(PathBuf::from("/nonexistent/known_hosts")),
+        })
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_retry(
+            RetryPolicy {
+                max_retries: usize::MAX,
+                initial_delay: Duration::from_millis(100),
+                max_delay: Duration::from_millis(500),
+                factor: 2.0,
+                jitter: true,
+            },
+            Duration::from_secs(20),
+        )
+        .with_keepalive(Duration::from_secs(1), 2)
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        // By PID: the child is sshd itself (`ip netns exec` execs it).
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A bridge in the root namespace and `n` namespaces, each with a veth into it and an
+/// address of a private /24 that exists only on this machine. Removed on drop.
+pub struct Netns {
+    pub names: Vec<String>,
+    pub addrs: Vec<String>,
+    pub bridge: String,
+    pub gateway: String,
+    tag: String,
+}
+
+static SUBNETS: OnceLock<Mutex<()>> = OnceLock::new();
+
+impl Netns {
+    pub fn new(n: usize) -> Netns {
+        need("ip", "iproute2");
+        let _guard = SUBNETS
+            .get_or_init(|| Mutex::new(()))
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let tag = unique();
+        let taken = String::from_utf8(
+            Command::new("ip")
+                .args(["-4", "-o", "addr"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let third = (1..250u32)
+            .map(|i| (std::process::id() + i * 7) % 250 + 1)
+            .find(|x| !taken.contains(&format!("10.213.{x}.")))
+            .expect("a free 10.213.x.0/24");
+        let bridge = format!("bsb{tag}");
+        let gateway = format!("10.213.{third}.1");
+        let mut me = Netns {
+            names: Vec::new(),
+            addrs: Vec::new(),
+            bridge: bridge.clone(),
+            gateway: gateway.clone(),
+            tag: tag.clone(),
+        };
+        run("ip", &["link", "add", &bridge, "type", "bridge"]);
+        run(
+            "ip",
+            &["addr", "add", &format!("{gateway}/24"), "dev", &bridge],
+        );
+        run("ip", &["link", "set", &bridge, "up"]);
+        for i in 0..n {
+            let ns = format!("bssh-{tag}-{i}");
+            let host_side = format!("bsv{tag}x{i}");
+            let addr = format!("10.213.{third}.{}", i + 2);
+            run("ip", &["netns", "add", &ns]);
+            me.names.push(ns.clone());
+            run(
+                "ip",
+                &[
+                    "link", "add", &host_side, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+                ],
+            );
+            run("ip", &["link", "set", &host_side, "master", &bridge, "up"]);
+            run(
+                "ip",
+                &[
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &format!("{addr}/24"),
+                    "dev",
+                    "eth0",
+                ],
+            );
+            run("ip", &["-n", &ns, "link", "set", "eth0", "up"]);
+            run("ip", &["-n", &ns, "link", "set", "lo", "up"]);
+            me.addrs.push(addr);
+        }
+        me
+    }
+
+    pub fn link(&self, i: usize, up: bool) {
+        run(
+            "ip",
+            &[
+                "-n",
+                &self.names[i],
+                "link",
+                "set",
+                "eth0",
+                if up { "up" } else { "down" },
+            ],
+        );
+    }
+
+    /// An sshd inside namespace `i`, on its address.
+    pub fn sshd(&self, i: usize) -> Sshd {
+        self.sshd_with(i, SshdOptions::default())
+    }
+
+    /// An sshd inside namespace `i` with `opts` (listening on the namespace's address
+    /// unless `opts.listen` says otherwise).
+    pub fn sshd_with<'a>(&'a self, i: usize, mut opts: SshdOptions<'a>) -> Sshd {
+        opts.netns = Some(&self.names[i]);
+        if opts.listen.is_none() {
+            opts.listen = Some((self.addrs[i].clone(), 22));
+        }
+        Sshd::with(opts)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        for i in 0..self.names.len() {
+            let _ = Command::new("ip")
+                .args(["link", "del", &format!("bsv{}x{i}", self.tag)])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .status();
+    }
+}

@@ -1,0 +1,437 @@
+//! Benchmark of bootstrap-ssh against Ansible and plain OpenSSH, in the same run, on the
+//! same 50 sshd targets (loopback ports, each its own sshd and host key): upload one
+//! 64 KiB file and run three commands on every target.
+//!
+//! ```text
+//! WITH_BENCH_PEERS=1 bash scripts/peers/10-openssh.sh   # sshd, ssh, and ansible-core in a venv
+//! cargo run --release -p examples --example bench_ssh [-- --hosts 50 --rounds 3]
+//! ```
+//!
+//! Every tool uses the key exchange curve25519-sha256 and verifies host keys. Client CPU
+//! is the user + system time of the client side only (this process for bootstrap-ssh,
+//! the waited children for ssh and ansible), read from /proc.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use bootstrap_ssh::{Auth, HostKeyPin, HostKeyPolicy, SshClient, SshConfig, SshTarget};
+use machine_core::{ExecRequest, FileUpload, Transport};
+
+const SSHD: &str = "/usr/sbin/sshd";
+const COMMANDS: [&str; 3] = ["sha256sum {dest}", "uname -a", "test -s {dest} && echo ok"];
+
+struct Target {
+    port: u16,
+    host_key: String,
+    _child: Killed,
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// User + system CPU of this process (`self_`) or of its waited children, in seconds.
+fn cpu(children: bool) -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // Fields 14-17 of stat(5), counted from after the command name (field 3 is index 0).
+    let (u, s) = if children {
+        (f[13], f[14])
+    } else {
+        (f[11], f[12])
+    };
+    (u + s) / 100.0
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd.output().with_context(|| format!("{cmd:?}"))?;
+    ensure!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn keygen(path: &Path) -> anyhow::Result<String> {
+    run(Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path))?;
+    Ok(std::fs::read_to_string(path.with_extension("pub"))?
+        .trim()
+        .to_owned())
+}
+
+fn start_targets(dir: &Path, n: usize) -> anyhow::Result<Vec<Target>> {
+    std::fs::create_dir_all("/run/sshd")?;
+    let mut targets = Vec::new();
+    for i in 0..n {
+        let d = dir.join(format!("t{i}"));
+        std::fs::create_dir_all(&d)?;
+        let host_key = keygen(&d.join("host_key"))?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let dd = d.display();
+        std::fs::write(
+            d.join("sshd_config"),
+            format!(
+                "ListenAddress 127.0.0.1:{port}\nHostKey {dd}/host_key\nPidFile {dd}/pid\nAuthorizedKeysFile {}/authorized_keys\n\
+                 UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 PermitRootLogin prohibit-password\nSetEnv SHLVL=1\nMaxStartups 200\nLogLevel ERROR\n",
+                dir.display()
+            ),
+        )?;
+        let child = Command::new(SSHD)
+            .args(["-D", "-e", "-f"])
+            .arg(d.join("sshd_config"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        targets.push(Target {
+            port,
+            host_key,
+            _child: Killed(child),
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for t in &targets {
+        while std::net::TcpStream::connect(("127.0.0.1", t.port)).is_err() {
+            ensure!(
+                Instant::now() < deadline,
+                "sshd on port {} did not start",
+                t.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(targets)
+}
+
+fn dest(dir: &Path, tool: &str, i: usize) -> String {
+    dir.join("out")
+        .join(tool)
+        .join(format!("{i}.bin"))
+        .display()
+        .to_string()
+}
+
+async fn bench_ours(
+    dir: &Path,
+    key: &Path,
+    targets: &[Target],
+    payload: &[u8],
+) -> anyhow::Result<()> {
+    let config = Arc::new(
+        SshConfig::new(vec![Auth::key_file(key, None)?])
+            .with_host_keys(HostKeyPolicy::Verify { known_hosts: None }),
+    );
+    let mut tasks = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let config = config.clone();
+        let pins = vec![HostKeyPin::parse("pin", &t.host_key)?];
+        let target = SshTarget::new("127.0.0.1", t.port, "root")?;
+        let dest = dest(dir, "bootstrap-ssh", i);
+        let payload = payload.to_vec();
+        tasks.push(tokio::spawn(async move {
+            let c = SshClient::connect(&config, &target, &pins).await?;
+            c.upload(&FileUpload::new(dest.clone(), payload)).await?;
+            for cmd in COMMANDS {
+                let cmd = cmd.replace("{dest}", &dest);
+                c.exec(&ExecRequest::new(cmd.clone())).await?.check(&cmd)?;
+            }
+            c.close().await;
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+fn bench_openssh(
+    dir: &Path,
+    key: &Path,
+    kh: &Path,
+    targets: &[Target],
+    payload_path: &Path,
+) -> anyhow::Result<()> {
+    let mut children = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let dest = dest(dir, "openssh", i);
+        let script = format!(
+            "cat > {dest} && {}",
+            COMMANDS
+                .iter()
+                .map(|c| c.replace("{dest}", &dest))
+                .collect::<Vec<_>>()
+                .join(" && ")
+        );
+        let child = Command::new("ssh")
+            .args([
+                "-F",
+                "/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "KexAlgorithms=curve25519-sha256",
+                "-o",
+                "StrictHostKeyChecking=yes",
+            ])
+            .arg("-o")
+            .arg(format!("UserKnownHostsFile={}", kh.display()))
+            .arg("-i")
+            .arg(key)
+            .args(["-p", &t.port.to_string(), "root@127.0.0.1", &script])
+            .stdin(std::fs::File::open(payload_path)?)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        children.push(child);
+    }
+    for c in children {
+        let out = c.wait_with_output()?;
+        ensure!(
+            out.status.success(),
+            "ssh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn ansible_bin() -> PathBuf {
+    let cache = std::env::var("XDG_CACHE_HOME").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache",
+            std::env::var("HOME").unwrap_or_else(|_| "/root".into())
+        )
+    });
+    PathBuf::from(cache).join("machine-provisioning/ansible/bin/ansible-playbook")
+}
+
+fn bench_ansible(
+    dir: &Path,
+    key: &Path,
+    kh: &Path,
+    targets: &[Target],
+    payload_path: &Path,
+) -> anyhow::Result<()> {
+    let adir = dir.join("ansible");
+    std::fs::create_dir_all(adir.join("cp"))?;
+    let mut inv = String::from("[targets]\n");
+    for (i, t) in targets.iter().enumerate() {
+        inv.push_str(&format!(
+            "t{i} ansible_host=127.0.0.1 ansible_port={} dest={}\n",
+            t.port,
+            dest(dir, "ansible", i)
+        ));
+    }
+    inv.push_str(&format!(
+        "[targets:vars]\nansible_user=root\nansible_python_interpreter=/usr/bin/python3\nansible_ssh_private_key_file={}\n",
+        key.display()
+    ));
+    std::fs::write(adir.join("inventory"), inv)?;
+    std::fs::write(
+        adir.join("ansible.cfg"),
+        format!(
+            "[defaults]\nforks = 50\nhost_key_checking = True\ngathering = explicit\nretry_files_enabled = False\nstdout_callback = default\n\
+             [ssh_connection]\npipelining = True\ncontrol_path_dir = {cp}\nssh_args = -F /dev/null -o ControlMaster=auto -o ControlPersist=60s -o KexAlgorithms=curve25519-sha256 -o UserKnownHostsFile={kh} -o StrictHostKeyChecking=yes\n",
+            cp = adir.join("cp").display(),
+            kh = kh.display()
+        ),
+    )?;
+    let mut tasks = format!(
+        "    - copy: {{src: {}, dest: \"{{{{ dest }}}}\"}}\n",
+        payload_path.display()
+    );
+    for c in COMMANDS {
+        tasks.push_str(&format!(
+            "    - shell: \"{}\"\n",
+            c.replace("{dest}", "{{ dest }}")
+        ));
+    }
+    std::fs::write(
+        adir.join("play.yml"),
+        format!("- hosts: targets\n  gather_facts: false\n  tasks:\n{tasks}"),
+    )?;
+    let out = Command::new(ansible_bin())
+        .arg("-i")
+        .arg(adir.join("inventory"))
+        .arg(adir.join("play.yml"))
+        .env("ANSIBLE_CONFIG", adir.join("ansible.cfg"))
+        .env("ANSIBLE_LOCAL_TEMP", adir.join("tmp"))
+        .env("ANSIBLE_HOME", adir.join("home"))
+        .stdin(Stdio::null())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "ansible-playbook: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+struct Figure {
+    wall: f64,
+    cpu: f64,
+}
+
+fn median(mut v: Vec<Figure>) -> Figure {
+    v.sort_by(|a, b| a.wall.total_cmp(&b.wall));
+    v.swap_remove(v.len() / 2)
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut hosts = 50;
+    let mut rounds = 3;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--hosts" => hosts = args.next().context("--hosts N")?.parse()?,
+            "--rounds" => rounds = args.next().context("--rounds N")?.parse()?,
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    for (tool, pkg) in [
+        (SSHD, "openssh-server"),
+        ("/usr/bin/ssh", "openssh-client"),
+        ("/usr/bin/ssh-keygen", "openssh-client"),
+    ] {
+        ensure!(
+            Path::new(tool).exists(),
+            "{tool} is missing: run scripts/peers/10-openssh.sh (or apt-get install -y {pkg})"
+        );
+    }
+    let ansible = ansible_bin();
+    ensure!(
+        ansible.exists(),
+        "{} is missing: run WITH_BENCH_PEERS=1 bash scripts/peers/10-openssh.sh (installs ansible-core from PyPI into a venv)",
+        ansible.display()
+    );
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path();
+    let key = dir.join("client_key");
+    let pubkey = keygen(&key)?;
+    std::fs::write(dir.join("authorized_keys"), format!("{pubkey}\n"))?;
+    let targets = start_targets(dir, hosts)?;
+    let kh = dir.join("known_hosts");
+    std::fs::write(
+        &kh,
+        targets
+            .iter()
+            .map(|t| format!("[127.0.0.1]:{} {}\n", t.port, t.host_key))
+            .collect::<String>(),
+    )?;
+    let payload: Vec<u8> = (0..64 * 1024)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let payload_path = dir.join("payload.bin");
+    std::fs::write(&payload_path, &payload)?;
+    for tool in ["bootstrap-ssh", "openssh", "ansible"] {
+        std::fs::create_dir_all(dir.join("out").join(tool))?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+
+    let measure =
+        |children: bool, f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<Figure> {
+            let (c0, t0) = (cpu(children), Instant::now());
+            f()?;
+            Ok(Figure {
+                wall: t0.elapsed().as_secs_f64(),
+                cpu: cpu(children) - c0,
+            })
+        };
+    let (mut ours, mut openssh, mut ansible_runs) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        ours.push(measure(false, &mut || {
+            rt.block_on(bench_ours(dir, &key, &targets, &payload))
+        })?);
+        openssh.push(measure(true, &mut || {
+            bench_openssh(dir, &key, &kh, &targets, &payload_path)
+        })?);
+        // Ansible takes tens of seconds a run: once is enough to compare against.
+        if round == 0 {
+            ansible_runs.push(measure(true, &mut || {
+                bench_ansible(dir, &key, &kh, &targets, &payload_path)
+            })?);
+        }
+    }
+    for i in 0..hosts {
+        for tool in ["bootstrap-ssh", "openssh", "ansible"] {
+            let got =
+                std::fs::read(dest(dir, tool, i)).with_context(|| format!("{tool} target {i}"))?;
+            ensure!(
+                got == payload,
+                "{tool} wrote a different file to target {i}"
+            );
+        }
+    }
+    let (ours, openssh, ansible) = (median(ours), median(openssh), median(ansible_runs));
+    let version = |cmd: &Path, arg: &str| {
+        Command::new(cmd).arg(arg).output().map_or_else(
+            |_| "?".into(),
+            |o| {
+                let t = if o.stdout.is_empty() {
+                    o.stderr
+                } else {
+                    o.stdout
+                };
+                String::from_utf8_lossy(&t)
+                    .lines()
+                    .next()
+                    .unwrap_or("?")
+                    .to_owned()
+            },
+        )
+    };
+    println!(
+        "bootstrap-ssh benchmark: {hosts} sshd targets on loopback, upload 64 KiB + 3 commands each, kex curve25519-sha256"
+    );
+    println!(
+        "peers: {} | {} | russh 0.65",
+        version(Path::new("/usr/bin/ssh"), "-V"),
+        version(&ansible_bin(), "--version")
+    );
+    println!("{:<28} {:>9} {:>11}", "tool", "wall (s)", "client CPU (s)");
+    println!(
+        "{:<28} {:>9.2} {:>11.2}",
+        format!("bootstrap-ssh (median of {rounds})"),
+        ours.wall,
+        ours.cpu
+    );
+    println!(
+        "{:<28} {:>9.2} {:>11.2}",
+        format!("OpenSSH parallel (median of {rounds})"),
+        openssh.wall,
+        openssh.cpu
+    );
+    println!(
+        "{:<28} {:>9.2} {:>11.2}",
+        "Ansible forks=50 pipelining", ansible.wall, ansible.cpu
+    );
+    println!(
+        "ratios: wall vs Ansible {:.3}x (target <= 0.5), wall vs OpenSSH {:.2}x (target <= 1.0); CPU vs Ansible {:.3}x, CPU vs OpenSSH {:.2}x",
+        ours.wall / ansible.wall,
+        ours.wall / openssh.wall,
+        ours.cpu / ansible.cpu.max(0.01),
+        ours.cpu / openssh.cpu.max(0.01)
+    );
+    Ok(())
+}
