@@ -1,0 +1,272 @@
+//! [`CloudConfigLayer`]: one team's contribution to a machine's user data (a
+//! cloud-config plus scripts, boothooks and Jinja parts), usable directly as a coupled
+//! [`SoftwareProvisioner`].
+
+use async_trait::async_trait;
+use machine_core::{
+    Error, Machine, MachineSpec, Mode, Result, SoftwareProvisioner, Transport, UserDataFormat,
+    UserDataPart, check_dns_label,
+};
+
+use crate::merge::MERGE_TYPE;
+use crate::model::CloudConfig;
+use crate::render::render_unchecked;
+use crate::validate::validate_with;
+
+/// One part of a layer besides its cloud-config.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LayerPart {
+    /// A script run once, late in the first boot (`text/x-shellscript`).
+    ShellScript {
+        /// File name cloud-init stores it under.
+        filename: String,
+        /// The script, beginning with `#!`.
+        script: String,
+    },
+    /// A boothook run early on every boot (`text/cloud-boothook`).
+    Boothook {
+        /// File name.
+        filename: String,
+        /// The script.
+        script: String,
+    },
+    /// A Jinja template cloud-init renders on the machine with its instance data
+    /// (`text/jinja2`), beginning with `## template: jinja`.
+    Jinja2 {
+        /// File name.
+        filename: String,
+        /// The template.
+        template: String,
+    },
+}
+
+/// A layer of cloud-init user data: a typed cloud-config (validated on construction)
+/// and optional extra parts.
+///
+/// As a [`SoftwareProvisioner`] it is coupled only: its parts go into the machine's
+/// user data, each cloud-config part carrying the `Merge-Type` header
+/// ([`MERGE_TYPE`]) so that cloud-init merges several layers instead of letting the
+/// last one win. Use [`crate::Bootstrap`] to combine layers into one document with
+/// conflicts checked up front.
+///
+/// ```
+/// use std::sync::Arc;
+/// use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, User, WriteFile};
+/// use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
+/// use machine_core::{CancellationToken, Composer, MachineName, MachineSpec, Phase, SentinelFile};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> machine_core::Result<()> {
+/// let config = CloudConfig::new()
+///     .with_user(User::admin("ops", ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOps ops@laptop".to_owned()]))
+///     .with_file(WriteFile::new("/etc/motd", "managed by cloud-init\n"))
+///     .with_runcmd("systemctl enable --now nginx");
+/// let base = CloudConfigLayer::new("base", config)?;
+///
+/// let cloud = SimCloud::new();
+/// let provider = Arc::new(SimProvider::new(cloud.clone(), SimConfig::default())?);
+/// let composer = Composer::builder(provider)
+///     .coupled(Arc::new(base))
+///     .connector(Arc::new(SimConnector::new(cloud.clone())))
+///     .completion(Arc::new(SentinelFile::default()))
+///     .build()?;
+/// let spec = MachineSpec::new(MachineName::new("web-1")?);
+/// let user_data = composer.user_data(&spec)?.expect("user data");
+/// assert!(String::from_utf8(user_data.decoded()?).unwrap().contains("#cloud-config"));
+/// let done = composer.provision(&spec, &CancellationToken::new()).await?;
+/// assert_eq!(done.machine.phase, Phase::Ready);
+/// let host = cloud.host(&done.machine.provider_id).unwrap();
+/// assert!(host.file_text("/var/lib/cloud/instance/user-data.txt").is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct CloudConfigLayer {
+    name: String,
+    config: CloudConfig,
+    parts: Vec<LayerPart>,
+    system_users: Vec<String>,
+}
+
+impl CloudConfigLayer {
+    /// A layer named `name` (a DNS label) holding `config`, which is validated now:
+    /// an invalid config is an invalid-spec error naming the field.
+    pub fn new(name: impl Into<String>, config: CloudConfig) -> Result<Self> {
+        Self::with_system_users(name, config, Vec::new())
+    }
+
+    /// Like [`CloudConfigLayer::new`], also accepting `system_users` (accounts the
+    /// image has before cloud-init runs, or that another layer creates) as file owners.
+    pub fn with_system_users(
+        name: impl Into<String>,
+        config: CloudConfig,
+        system_users: Vec<String>,
+    ) -> Result<Self> {
+        let name = name.into();
+        check_dns_label("layer.name", &name)?;
+        validate_with(&config, &system_users).map_err(|e| e.within(&format!("layer {name}")))?;
+        Ok(CloudConfigLayer {
+            name,
+            config,
+            parts: Vec::new(),
+            system_users,
+        })
+    }
+
+    /// Adds a shell script part; it must begin with `#!`.
+    pub fn with_script(
+        mut self,
+        filename: impl Into<String>,
+        script: impl Into<String>,
+    ) -> Result<Self> {
+        let (filename, script) = (filename.into(), script.into());
+        check_part(&self.name, &filename, &script, "#!", "a script")?;
+        self.parts.push(LayerPart::ShellScript { filename, script });
+        Ok(self)
+    }
+
+    /// Adds a boothook part; it must begin with `#!` or `#cloud-boothook`.
+    pub fn with_boothook(
+        mut self,
+        filename: impl Into<String>,
+        script: impl Into<String>,
+    ) -> Result<Self> {
+        let (filename, script) = (filename.into(), script.into());
+        let prefix = if script.starts_with("#cloud-boothook") {
+            "#cloud-boothook"
+        } else {
+            "#!"
+        };
+        check_part(&self.name, &filename, &script, prefix, "a boothook")?;
+        self.parts.push(LayerPart::Boothook { filename, script });
+        Ok(self)
+    }
+
+    /// Adds a Jinja part cloud-init renders on the machine; it must begin with
+    /// `## template: jinja`.
+    pub fn with_jinja2(
+        mut self,
+        filename: impl Into<String>,
+        template: impl Into<String>,
+    ) -> Result<Self> {
+        let (filename, template) = (filename.into(), template.into());
+        check_part(
+            &self.name,
+            &filename,
+            &template,
+            "## template: jinja",
+            "a cloud-init Jinja template",
+        )?;
+        self.parts.push(LayerPart::Jinja2 { filename, template });
+        Ok(self)
+    }
+
+    /// The layer's name.
+    pub fn layer_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The layer's cloud-config.
+    pub fn config(&self) -> &CloudConfig {
+        &self.config
+    }
+
+    /// The layer's other parts.
+    pub fn extra_parts(&self) -> &[LayerPart] {
+        &self.parts
+    }
+
+    pub(crate) fn system_users(&self) -> &[String] {
+        &self.system_users
+    }
+
+    /// The layer's cloud-config rendered as a `#cloud-config` document.
+    pub fn render(&self) -> Result<String> {
+        render_unchecked(&self.config)
+    }
+
+    /// The layer's user-data parts: the cloud-config (when not empty) with the
+    /// `Merge-Type` header, then the other parts in the order added. File names start
+    /// with the layer's name, so size errors and reports name the layer.
+    pub fn parts(&self) -> Result<Vec<UserDataPart>> {
+        let mut out = Vec::with_capacity(1 + self.parts.len());
+        if self.config != CloudConfig::default() {
+            out.push(
+                UserDataPart::new(
+                    UserDataFormat::CloudConfig,
+                    format!("{}.cloud-config.yaml", self.name),
+                    self.render()?,
+                )
+                .with_header("Merge-Type", MERGE_TYPE),
+            );
+        }
+        out.extend(self.other_parts());
+        Ok(out)
+    }
+
+    pub(crate) fn other_parts(&self) -> impl Iterator<Item = UserDataPart> + '_ {
+        self.parts.iter().map(|p| match p {
+            LayerPart::ShellScript { filename, script } => UserDataPart::new(
+                UserDataFormat::ShellScript,
+                format!("{}.{filename}", self.name),
+                script.clone(),
+            ),
+            LayerPart::Boothook { filename, script } => UserDataPart::new(
+                UserDataFormat::CloudBoothook,
+                format!("{}.{filename}", self.name),
+                script.clone(),
+            ),
+            LayerPart::Jinja2 { filename, template } => UserDataPart::new(
+                UserDataFormat::Jinja2,
+                format!("{}.{filename}", self.name),
+                template.clone(),
+            ),
+        })
+    }
+}
+
+fn check_part(layer: &str, filename: &str, content: &str, prefix: &str, what: &str) -> Result<()> {
+    if filename.is_empty() || filename.contains(['/', '\0', '"', '\n', '\r']) {
+        return Err(Error::invalid_spec(
+            format!("layer {layer}.parts.{filename}"),
+            "a part's file name must be a plain file name",
+        ));
+    }
+    if !content.starts_with(prefix) {
+        return Err(Error::invalid_spec(
+            format!("layer {layer}.parts.{filename}"),
+            format!("{what} must begin with {prefix:?}"),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn coupled_only(layer: &str) -> Error {
+    Error::invalid_spec(
+        format!("layer {layer}"),
+        "a cloud-init layer is applied by cloud-init at first boot (coupled mode); it cannot be applied over a transport",
+    )
+}
+
+#[async_trait]
+impl SoftwareProvisioner for CloudConfigLayer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn supports(&self, mode: Mode) -> bool {
+        mode == Mode::Coupled
+    }
+
+    fn user_data_parts(&self, _spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
+        self.parts()
+    }
+
+    async fn is_applied(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<bool> {
+        Err(coupled_only(&self.name))
+    }
+
+    async fn apply(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<()> {
+        Err(coupled_only(&self.name))
+    }
+}

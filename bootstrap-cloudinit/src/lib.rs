@@ -1,0 +1,33 @@
+//! # bootstrap-cloudinit
+//!
+//! The coupled half of machine provisioning: software rendered into user data that
+//! cloud-init (or Ignition) applies when the machine first boots.
+//!
+//! - [`CloudConfig`]: a typed cloud-config covering what bootstraps use, with an escape
+//!   hatch for the rest; [`render`] writes a `#cloud-config` document no value can break,
+//!   [`parse`] reads one back, refusing keys it does not model.
+//! - [`CloudConfigLayer`]: one team's cloud-config plus scripts, a coupled
+//!   [`machine_core::SoftwareProvisioner`]; [`Bootstrap`] combines layers merged or as a
+//!   MIME multipart with cloud-init's merge headers, fits them to the provider's budget
+//!   and reports sizes per layer.
+//!
+//! Every document the tests render is checked by the real `cloud-init schema`.
+
+mod bootstrap;
+mod layer;
+mod merge;
+mod model;
+mod render;
+mod secret;
+mod validate;
+
+pub use bootstrap::{Bootstrap, Built, Output, SizeReport};
+pub use layer::{CloudConfigLayer, LayerPart};
+pub use merge::{MERGE_TYPE, merge};
+pub use model::{
+    CaCerts, CloudConfig, Command, Content, MODELED_KEYS, ManageEtcHosts, Ntp, PHONE_HOME_FIELDS,
+    PhoneHome, PhoneHomePost, SshHostKeys, User, UserEntry, WriteFile,
+};
+pub use render::{HEADER, parse, render};
+pub use secret::Secret;
+pub use validate::{SYSTEM_USERS, validate_with};

@@ -1,0 +1,168 @@
+//! Merging cloud-configs the way cloud-init merges the parts of a multipart with
+//! [`MERGE_TYPE`]: lists are appended, maps merged key by key. Where cloud-init would
+//! silently keep the first of two different scalars, this crate refuses the conflict and
+//! names both layers, so the merged document and the multipart always mean the same.
+
+use machine_core::{Error, Result};
+use serde_json::Value;
+
+use crate::model::CloudConfig;
+
+/// The `Merge-Type` header put on every cloud-config part of a multipart:
+/// lists appended, maps merged recursively (lists inside them appended too), a scalar
+/// kept from the first part that set it. With conflicts refused up front, that is
+/// order-independent for scalars and in-order for lists.
+pub const MERGE_TYPE: &str = "list(append)+dict(no_replace,recurse_list)+str()";
+
+/// Merges `configs` (each with the name of the layer it came from) in order.
+/// Two layers giving one scalar different values is an invalid-spec error naming the
+/// key path and both layers.
+pub fn merge<'a>(
+    configs: impl IntoIterator<Item = (&'a str, &'a CloudConfig)>,
+) -> Result<CloudConfig> {
+    let mut acc = serde_json::Map::new();
+    let mut owners: Vec<(String, String)> = Vec::new();
+    for (layer, config) in configs {
+        let value = serde_json::to_value(config)
+            .map_err(|e| Error::invalid_spec(layer, format!("cannot merge: {e}")))?;
+        let Value::Object(map) = value else {
+            continue;
+        };
+        merge_map(&mut acc, map, "", layer, &mut owners)?;
+    }
+    serde_json::from_value(Value::Object(acc))
+        .map_err(|e| Error::invalid_spec("cloud-config", format!("merged document: {e}")))
+}
+
+fn merge_map(
+    acc: &mut serde_json::Map<String, Value>,
+    new: serde_json::Map<String, Value>,
+    path: &str,
+    layer: &str,
+    owners: &mut Vec<(String, String)>,
+) -> Result<()> {
+    for (k, v) in new {
+        let p = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
+        match acc.get_mut(&k) {
+            None => {
+                record(owners, &p, layer);
+                acc.insert(k, v);
+            }
+            Some(Value::Array(old)) => match v {
+                Value::Array(items) => old.extend(items),
+                other => return conflict(&p, owners, layer, "a list", &other),
+            },
+            Some(Value::Object(old)) => match v {
+                Value::Object(m) => merge_map(old, m, &p, layer, owners)?,
+                other => return conflict(&p, owners, layer, "a map", &other),
+            },
+            Some(old) => {
+                if *old != v {
+                    let first = owner(owners, &p);
+                    let (old, v) = if is_secret_path(&p) {
+                        ("a value".to_owned(), "another".to_owned())
+                    } else {
+                        (old.to_string(), v.to_string())
+                    };
+                    return Err(Error::invalid_spec(
+                        p.clone(),
+                        format!(
+                            "layer {first:?} sets {old} and layer {layer:?} sets {v}; cloud-init would silently keep the first: set it in one layer"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn conflict(
+    path: &str,
+    owners: &[(String, String)],
+    layer: &str,
+    old: &str,
+    new: &Value,
+) -> Result<()> {
+    Err(Error::invalid_spec(
+        path,
+        format!(
+            "layer {:?} sets {old} and layer {layer:?} sets {}",
+            owner(owners, path),
+            if is_secret_path(path) {
+                "another value".to_owned()
+            } else {
+                new.to_string()
+            }
+        ),
+    ))
+}
+
+/// Secret values never go into error messages.
+fn is_secret_path(path: &str) -> bool {
+    path.contains("private") || path.contains("passwd")
+}
+
+fn record(owners: &mut Vec<(String, String)>, path: &str, layer: &str) {
+    owners.push((path.to_owned(), layer.to_owned()));
+}
+
+fn owner(owners: &[(String, String)], path: &str) -> String {
+    owners
+        .iter()
+        .filter(|(p, _)| path == p || path.starts_with(&format!("{p}.")))
+        .map(|(_, l)| l.clone())
+        .next()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Ntp, WriteFile};
+
+    #[test]
+    fn lists_append_maps_recurse_and_equal_scalars_pass() {
+        let a = CloudConfig::new()
+            .with_hostname("web")
+            .with_package("curl")
+            .with_file(WriteFile::new("/etc/a", "a"));
+        let b = CloudConfig {
+            ntp: Some(Ntp {
+                servers: vec!["ntp1.example.org".into()],
+                ..Ntp::default()
+            }),
+            ..CloudConfig::new().with_hostname("web").with_package("jq")
+        };
+        let c = CloudConfig {
+            ntp: Some(Ntp {
+                servers: vec!["ntp2.example.org".into()],
+                ..Ntp::default()
+            }),
+            ..CloudConfig::new().with_runcmd("echo hi")
+        };
+        let m = merge([("base", &a), ("platform", &b), ("app", &c)]).unwrap();
+        assert_eq!(m.packages, ["curl", "jq"]);
+        assert_eq!(m.hostname.as_deref(), Some("web"));
+        assert_eq!(
+            m.ntp.unwrap().servers,
+            ["ntp1.example.org", "ntp2.example.org"]
+        );
+        assert_eq!(m.write_files.len(), 1);
+        assert_eq!(m.runcmd.len(), 1);
+    }
+
+    #[test]
+    fn conflicting_scalars_name_the_key_and_both_layers() {
+        let a = CloudConfig::new().with_hostname("web");
+        let b = CloudConfig::new().with_hostname("db");
+        let e = merge([("base", &a), ("app", &b)]).unwrap_err();
+        assert_eq!(e.field(), Some("hostname"));
+        let msg = e.to_string();
+        assert!(msg.contains("\"base\"") && msg.contains("\"app\""), "{msg}");
+    }
+}

@@ -1,0 +1,73 @@
+//! A [`CloudConfig`] to a `#cloud-config` document and back.
+//!
+//! serde-saphyr writes the YAML (serde_yaml is archived): it quotes every string a YAML
+//! 1.1 reader such as cloud-init's PyYAML would take for something else (`"0644"`,
+//! `"yes"`, `"on"`, `"null"`, `"1e3"`, `"#cloud-config"`, `"---"`, tags, anchors) and
+//! writes multi-line strings as block literals, so no value can change the document's
+//! structure. The tests prove it by parsing the output back with PyYAML.
+
+use machine_core::{Error, Result};
+
+use crate::model::CloudConfig;
+use crate::validate::validate_with;
+
+/// The first line of every cloud-config document.
+pub const HEADER: &str = "#cloud-config\n";
+
+/// Validates `config` and renders it as a `#cloud-config` document.
+pub fn render(config: &CloudConfig) -> Result<String> {
+    validate_with(config, &[])?;
+    render_unchecked(config)
+}
+
+/// Renders without validating (the caller has already validated).
+pub(crate) fn render_unchecked(config: &CloudConfig) -> Result<String> {
+    let mut out = String::with_capacity(4096);
+    out.push_str(HEADER);
+    let body = serde_saphyr::to_string(config)
+        .map_err(|e| Error::invalid_spec("cloud-config", format!("cannot render YAML: {e}")))?;
+    // An empty document is written `{}`: cloud-init requires a mapping.
+    out.push_str(&body);
+    Ok(out)
+}
+
+/// Reads a `#cloud-config` document into the typed model, refusing any top-level key the
+/// model does not cover unless it is in `allowed_extra` (those land in
+/// [`CloudConfig::extra`]). Errors name the key, line and column. The document is then
+/// validated like a rendered one.
+pub fn parse(yaml: &str, allowed_extra: &[&str]) -> Result<CloudConfig> {
+    let first = yaml.lines().next().unwrap_or_default();
+    if first.trim_end() != HEADER.trim_end() {
+        return Err(Error::invalid_spec(
+            "cloud-config",
+            format!("line 1: a cloud-config must begin with \"#cloud-config\", not {first:?}"),
+        ));
+    }
+    let config: CloudConfig = if yaml[first.len()..].trim().is_empty() {
+        CloudConfig::default()
+    } else {
+        serde_saphyr::from_str(yaml)
+            .map_err(|e| Error::invalid_spec("cloud-config", e.to_string()))?
+    };
+    for key in config.extra.keys() {
+        if !allowed_extra.contains(&key.as_str()) {
+            let line = yaml
+                .lines()
+                .position(|l| {
+                    l.strip_prefix(key.as_str())
+                        .is_some_and(|rest| rest.trim_start().starts_with(':'))
+                })
+                .map(|n| format!("line {}: ", n + 1))
+                .unwrap_or_default();
+            return Err(Error::invalid_spec(
+                key.clone(),
+                format!(
+                    "{line}unknown top-level key {key:?}; the model covers {}; pass it as an allowed extra key to keep it",
+                    crate::model::MODELED_KEYS.join(", ")
+                ),
+            ));
+        }
+    }
+    validate_with(&config, &[])?;
+    Ok(config)
+}

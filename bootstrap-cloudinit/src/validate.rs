@@ -1,0 +1,330 @@
+//! Checks what cloud-init's schema cannot: paths, permission strings, owners that exist
+//! when the file is written, names, keys. Each error names the field path.
+
+use std::collections::BTreeSet;
+
+use machine_core::{Error, Result};
+
+use crate::model::{
+    CloudConfig, Command, MODELED_KEYS, PHONE_HOME_FIELDS, PhoneHomePost, UserEntry,
+};
+
+/// Accounts a Debian-family image has before cloud-init runs (base-passwd), which
+/// `write_files` may name as owners without `defer`.
+pub const SYSTEM_USERS: &[&str] = &[
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
+    "www-data", "backup", "list", "irc", "_apt", "nobody",
+];
+
+/// Validates `config`, treating [`SYSTEM_USERS`] plus `extra_system_users` as
+/// accounts that exist before cloud-init runs.
+pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Result<()> {
+    if let Some(h) = &config.hostname {
+        check_label("hostname", h)?;
+    }
+    if let Some(f) = &config.fqdn {
+        check_fqdn("fqdn", f)?;
+    }
+    if let Some(tz) = &config.timezone
+        && (tz.is_empty() || tz.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(Error::invalid_spec(
+            "timezone",
+            format!("{tz:?} is not a time zone name such as Etc/UTC"),
+        ));
+    }
+    let mut created = BTreeSet::new();
+    for (i, entry) in config.users.iter().enumerate() {
+        let UserEntry::User(u) = entry else { continue };
+        let field = format!("users[{i}]");
+        check_user_name(&format!("{field}.name"), &u.name)?;
+        if !created.insert(u.name.as_str()) {
+            return Err(Error::invalid_spec(
+                format!("{field}.name"),
+                format!("user {:?} is listed twice", u.name),
+            ));
+        }
+        for (g, group) in u.groups.iter().enumerate() {
+            check_user_name(&format!("{field}.groups[{g}]"), group)?;
+        }
+        if let Some(shell) = &u.shell
+            && (!shell.starts_with('/') || shell.chars().any(char::is_whitespace))
+        {
+            return Err(Error::invalid_spec(
+                format!("{field}.shell"),
+                format!("{shell:?} is not an absolute path"),
+            ));
+        }
+        if let Some(sudo) = &u.sudo
+            && (sudo.trim().is_empty() || sudo.contains(['\n', '\r', '\0']))
+        {
+            return Err(Error::invalid_spec(
+                format!("{field}.sudo"),
+                "must be one sudoers rule such as \"ALL=(ALL) NOPASSWD:ALL\"",
+            ));
+        }
+        for (k, key) in u.ssh_authorized_keys.iter().enumerate() {
+            check_public_key(&format!("{field}.ssh_authorized_keys[{k}]"), key, None)?;
+        }
+    }
+    for (i, f) in config.write_files.iter().enumerate() {
+        let field = format!("write_files[{i}]");
+        check_path(&format!("{field}.path"), &f.path)?;
+        if let Some(p) = &f.permissions {
+            check_permissions(&format!("{field}.permissions"), p)?;
+        }
+        if let Some(owner) = &f.owner {
+            let (user, group) = owner.split_once(':').unwrap_or((owner, ""));
+            check_user_name(&format!("{field}.owner"), user)?;
+            if owner.contains(':') {
+                check_user_name(&format!("{field}.owner"), group)?;
+            }
+            let system =
+                SYSTEM_USERS.contains(&user) || extra_system_users.iter().any(|u| u == user);
+            if !system {
+                if !created.contains(user) {
+                    return Err(Error::invalid_spec(
+                        format!("{field}.owner"),
+                        format!(
+                            "user {user:?} is neither created in users nor a system account; cloud-init's chown would fail"
+                        ),
+                    ));
+                }
+                if !f.defer {
+                    return Err(Error::invalid_spec(
+                        format!("{field}.defer"),
+                        format!(
+                            "owner {user:?} is created by this document after write_files runs; set defer: true"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    for (name, cmds) in [("bootcmd", &config.bootcmd), ("runcmd", &config.runcmd)] {
+        for (i, c) in cmds.iter().enumerate() {
+            let empty = match c {
+                Command::Shell(s) => s.trim().is_empty(),
+                Command::Argv(v) => v.first().is_none_or(|a| a.is_empty()),
+            };
+            let nul = match c {
+                Command::Shell(s) => s.contains('\0'),
+                Command::Argv(v) => v.iter().any(|a| a.contains('\0')),
+            };
+            if empty || nul {
+                return Err(Error::invalid_spec(
+                    format!("{name}[{i}]"),
+                    "is empty or holds a NUL byte",
+                ));
+            }
+        }
+    }
+    for (i, p) in config.packages.iter().enumerate() {
+        if p.is_empty() || p.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Error::invalid_spec(
+                format!("packages[{i}]"),
+                format!("{p:?} is not a package name"),
+            ));
+        }
+    }
+    if let Some(keys) = &config.ssh_keys {
+        for (algo, private, public) in [
+            ("ed25519", &keys.ed25519_private, &keys.ed25519_public),
+            ("ecdsa", &keys.ecdsa_private, &keys.ecdsa_public),
+            ("rsa", &keys.rsa_private, &keys.rsa_public),
+        ] {
+            if private.is_some() != public.is_some() {
+                return Err(Error::invalid_spec(
+                    format!("ssh_keys.{algo}_public"),
+                    format!("{algo}_private and {algo}_public must be given together"),
+                ));
+            }
+            if let Some(private) = private
+                && !private
+                    .expose()
+                    .starts_with("-----BEGIN OPENSSH PRIVATE KEY-----")
+                && !private.expose().starts_with("-----BEGIN ")
+            {
+                return Err(Error::invalid_spec(
+                    format!("ssh_keys.{algo}_private"),
+                    "is not a PEM private key",
+                ));
+            }
+            if let Some(public) = public {
+                let prefix = match algo {
+                    "ed25519" => "ssh-ed25519",
+                    "ecdsa" => "ecdsa-sha2-",
+                    _ => "ssh-rsa",
+                };
+                check_public_key(&format!("ssh_keys.{algo}_public"), public, Some(prefix))?;
+            }
+        }
+    }
+    if let Some(ca) = &config.ca_certs {
+        for (i, pem) in ca.trusted.iter().enumerate() {
+            if !pem.contains("-----BEGIN CERTIFICATE-----") {
+                return Err(Error::invalid_spec(
+                    format!("ca_certs.trusted[{i}]"),
+                    "is not a PEM certificate",
+                ));
+            }
+        }
+    }
+    if let Some(ntp) = &config.ntp {
+        for (list, items) in [("servers", &ntp.servers), ("pools", &ntp.pools)] {
+            let mut seen = BTreeSet::new();
+            for (i, s) in items.iter().enumerate() {
+                if !seen.insert(s) {
+                    return Err(Error::invalid_spec(
+                        format!("ntp.{list}[{i}]"),
+                        format!("{s:?} is listed twice"),
+                    ));
+                }
+                check_fqdn(&format!("ntp.{list}[{i}]"), s)?;
+            }
+        }
+    }
+    if let Some(ph) = &config.phone_home {
+        if !(ph.url.starts_with("http://") || ph.url.starts_with("https://"))
+            || ph.url.chars().any(char::is_whitespace)
+        {
+            return Err(Error::invalid_spec(
+                "phone_home.url",
+                format!("{:?} is not an http(s) URL", ph.url),
+            ));
+        }
+        if let PhoneHomePost::Fields(fields) = &ph.post {
+            for (i, f) in fields.iter().enumerate() {
+                if !PHONE_HOME_FIELDS.contains(&f.as_str()) {
+                    return Err(Error::invalid_spec(
+                        format!("phone_home.post[{i}]"),
+                        format!("{f:?} is not one of {}", PHONE_HOME_FIELDS.join(", ")),
+                    ));
+                }
+            }
+        }
+    }
+    for key in config.extra.keys() {
+        if MODELED_KEYS.contains(&key.as_str()) {
+            return Err(Error::invalid_spec(
+                format!("extra.{key}"),
+                "is a key the typed model covers; set the typed field instead",
+            ));
+        }
+        if key.is_empty() || key.starts_with('#') {
+            return Err(Error::invalid_spec(
+                format!("extra.{key}"),
+                "is not a cloud-config key",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_label(field: &str, s: &str) -> Result<()> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_spec(
+            field,
+            format!("{s:?} is not a host name (1-63 of a-z, A-Z, 0-9, '-', not at either end)"),
+        ))
+    }
+}
+
+fn check_fqdn(field: &str, s: &str) -> Result<()> {
+    if s.is_empty() || s.len() > 253 {
+        return Err(Error::invalid_spec(
+            field,
+            format!("{s:?} is not a domain name"),
+        ));
+    }
+    for label in s.trim_end_matches('.').split('.') {
+        check_label(field, label)
+            .map_err(|_| Error::invalid_spec(field, format!("{s:?} is not a domain name")))?;
+    }
+    Ok(())
+}
+
+/// POSIX-portable account names, as `useradd` accepts them by default on Debian.
+fn check_user_name(field: &str, s: &str) -> Result<()> {
+    let mut chars = s.chars();
+    let ok = s.len() <= 32
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_spec(
+            field,
+            format!(
+                "{s:?} is not an account name (a-z or '_' first, then a-z, 0-9, '_', '-', '.'; at most 32)"
+            ),
+        ))
+    }
+}
+
+fn check_path(field: &str, path: &str) -> Result<()> {
+    if path.is_empty() {
+        return Err(Error::invalid_spec(
+            field,
+            "is empty; give an absolute path",
+        ));
+    }
+    if !path.starts_with('/') {
+        return Err(Error::invalid_spec(
+            field,
+            format!("{path:?} is relative; give an absolute path"),
+        ));
+    }
+    if path.ends_with('/') || path.contains('\0') || path.contains('\n') {
+        return Err(Error::invalid_spec(
+            field,
+            format!("{path:?} is not a file path"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_permissions(field: &str, p: &str) -> Result<()> {
+    let digits = p.strip_prefix("0o").unwrap_or(p);
+    let ok = (3..=4).contains(&digits.len()) && digits.chars().all(|c| ('0'..='7').contains(&c));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_spec(
+            field,
+            format!("{p:?} is not an octal permission string such as \"0644\""),
+        ))
+    }
+}
+
+fn check_public_key(field: &str, key: &str, prefix: Option<&str>) -> Result<()> {
+    let mut parts = key.split_whitespace();
+    let algo = parts.next().unwrap_or_default();
+    let blob = parts.next().unwrap_or_default();
+    let algo_ok = match prefix {
+        Some(p) => algo.starts_with(p),
+        None => algo.starts_with("ssh-") || algo.starts_with("ecdsa-") || algo.starts_with("sk-"),
+    };
+    let blob_ok = !blob.is_empty()
+        && blob
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='));
+    if algo_ok && blob_ok && !key.contains('\n') {
+        Ok(())
+    } else {
+        Err(Error::invalid_spec(
+            field,
+            "is not an OpenSSH public key line (\"ssh-ed25519 AAAA... comment\")",
+        ))
+    }
+}
