@@ -25,7 +25,7 @@ enum Method {
         key: Arc<PrivateKey>,
         origin: String,
     },
-    Agent,
+    Agent(Option<std::path::PathBuf>),
     Password(SecretString),
 }
 
@@ -59,7 +59,12 @@ impl Auth {
 
     /// Every key the ssh-agent at `SSH_AUTH_SOCK` holds, tried in turn.
     pub fn agent() -> Self {
-        Auth(Method::Agent)
+        Auth(Method::Agent(None))
+    }
+
+    /// Every key the ssh-agent listening on the Unix socket `socket` holds.
+    pub fn agent_at(socket: impl Into<std::path::PathBuf>) -> Self {
+        Auth(Method::Agent(Some(socket.into())))
     }
 
     /// A password. Only used when asked for explicitly: keys are the norm.
@@ -93,7 +98,8 @@ impl fmt::Debug for Auth {
             Method::Key { key, origin } => {
                 write!(f, "Auth::Key({} from {origin})", key.algorithm())
             }
-            Method::Agent => f.write_str("Auth::Agent"),
+            Method::Agent(None) => f.write_str("Auth::Agent"),
+            Method::Agent(Some(p)) => write!(f, "Auth::Agent({})", p.display()),
             Method::Password(_) => f.write_str("Auth::Password(<redacted>)"),
         }
     }
@@ -133,9 +139,9 @@ pub(crate) async fn authenticate(
                     .map_err(|e| ssh_error(peer, e))?;
                 matches!(res, AuthResult::Success)
             }
-            Method::Agent => {
+            Method::Agent(socket) => {
                 tried.push("ssh-agent".to_owned());
-                agent(handle, peer, user).await?
+                agent(handle, peer, user, socket.as_deref()).await?
             }
             Method::Password(p) => {
                 tried.push("password".to_owned());
@@ -159,12 +165,20 @@ pub(crate) async fn authenticate(
     ))
 }
 
-async fn agent(handle: &mut Handle<ClientHandler>, peer: &str, user: &str) -> Result<bool> {
-    let mut agent = russh::keys::agent::client::AgentClient::connect_env()
-        .await
-        .map_err(|e| {
-            Error::invalid_spec("auth.agent", format!("cannot reach the ssh-agent: {e}"))
-        })?;
+async fn agent(
+    handle: &mut Handle<ClientHandler>,
+    peer: &str,
+    user: &str,
+    socket: Option<&Path>,
+) -> Result<bool> {
+    use russh::keys::agent::client::AgentClient;
+    let unreachable = |e: russh::keys::Error| {
+        Error::invalid_spec("auth.agent", format!("cannot reach the ssh-agent: {e}"))
+    };
+    let mut agent = match socket {
+        Some(path) => AgentClient::connect_uds(path).await.map_err(unreachable)?,
+        None => AgentClient::connect_env().await.map_err(unreachable)?,
+    };
     let ids = agent
         .request_identities()
         .await

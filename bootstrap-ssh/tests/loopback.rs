@@ -455,3 +455,56 @@ async fn the_runner_waits_for_completion_then_applies_and_skips_on_rerun() {
     );
     assert_eq!(std::fs::read_to_string(d.join("count")).unwrap(), "once\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ssh_agent_authenticates_when_asked() {
+    support::need("ssh-agent", "openssh-client");
+    let sshd = Sshd::start();
+    let sock = sshd.dir.path().join("agent.sock");
+    let mut agent = std::process::Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&sock)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "ssh-agent did not start");
+        if let Ok(Some(status)) = agent.try_wait() {
+            panic!("ssh-agent exited: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _agent = Kill(agent);
+    // An empty agent cannot log in.
+    let config = |auth| fast(bootstrap_ssh::SshConfig::new(vec![auth]));
+    let e = SshClient::connect(&config(Auth::agent_at(&sock)), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthorized, "{e}");
+    support::run_env(
+        "ssh-add",
+        &["-q", sshd.client_key.to_str().unwrap()],
+        &[("SSH_AUTH_SOCK", sock.to_str().unwrap())],
+    );
+    let c = SshClient::connect(&config(Auth::agent_at(&sock)), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    assert!(c.exec(&ExecRequest::new("true")).await.unwrap().success());
+    let e = SshClient::connect(
+        &config(Auth::agent_at(sshd.dir.path().join("nope"))),
+        &sshd.target(),
+        &sshd.pins(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.field(), Some("auth.agent"), "{e}");
+}

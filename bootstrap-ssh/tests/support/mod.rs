@@ -44,6 +44,19 @@ pub fn run(cmd: &str, args: &[&str]) {
     );
 }
 
+pub fn run_env(cmd: &str, args: &[&str], env: &[(&str, &str)]) {
+    let out = Command::new(cmd)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A run-unique short tag for names of namespaces, links and files.
 pub fn unique() -> String {
     static N: AtomicU32 = AtomicU32::new(0);
