@@ -14,14 +14,17 @@
 //! Every document the tests render is checked by the real `cloud-init schema`.
 
 mod bootstrap;
+mod hostkeys;
 mod layer;
 mod merge;
 mod model;
 mod render;
 mod secret;
+mod template;
 mod validate;
 
 pub use bootstrap::{Bootstrap, Built, Output, SizeReport};
+pub use hostkeys::HostKey;
 pub use layer::{CloudConfigLayer, LayerPart};
 pub use merge::{MERGE_TYPE, merge};
 pub use model::{
@@ -30,4 +33,5 @@ pub use model::{
 };
 pub use render::{HEADER, parse, render};
 pub use secret::Secret;
+pub use template::Templates;
 pub use validate::{SYSTEM_USERS, validate_with};

@@ -1,0 +1,313 @@
+//! User templates for snippets and whole cloud-configs, in Jinja (minijinja).
+//!
+//! Jinja because cloud-init's own templates are Jinja, so users bring what they have.
+//! Undefined variables are errors naming the variable and the line. In templates whose
+//! name ends in `.yaml` or `.yml`, every `{{ value }}` is written as a JSON scalar
+//! (JSON is YAML), with characters YAML readers refuse escaped, so no value can change
+//! the document's structure; `| safe` opts out. Filters: `shell_quote` (POSIX shell
+//! quoting), `b64encode`, `b64decode`, `tojson`.
+
+use base64::Engine;
+use machine_core::{Error, Result};
+use minijinja::value::Value;
+use minijinja::{AutoEscape, Environment, ErrorKind as JinjaKind, UndefinedBehavior};
+use serde::Serialize;
+
+use crate::layer::CloudConfigLayer;
+use crate::model::CloudConfig;
+use crate::render::parse;
+
+/// A set of named templates.
+///
+/// ```
+/// use bootstrap_cloudinit::Templates;
+/// let mut t = Templates::new();
+/// t.add("motd.yaml", "#cloud-config\nfinal_message: {{ greeting }}\n")?;
+/// let out = t.render("motd.yaml", &serde_json::json!({"greeting": "yes: no\n---"}))?;
+/// assert_eq!(out, "#cloud-config\nfinal_message: \"yes: no\\n---\"\n");
+/// # Ok::<(), machine_core::Error>(())
+/// ```
+pub struct Templates {
+    env: Environment<'static>,
+}
+
+impl std::fmt::Debug for Templates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.env.templates().map(|(n, _)| n).collect();
+        f.debug_struct("Templates").field("names", &names).finish()
+    }
+}
+
+impl Default for Templates {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Templates {
+    /// An empty set with strict undefined behaviour and the helpers above.
+    pub fn new() -> Self {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        // Keep the final newline of a document, as cloud-init's own renderer does.
+        if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
+            .keep_trailing_newline(true)
+            .build()
+        {
+            env.set_syntax(syntax);
+        }
+        env.set_auto_escape_callback(|name| {
+            if name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json") {
+                AutoEscape::Json
+            } else {
+                AutoEscape::None
+            }
+        });
+        env.set_formatter(|out, state, value| {
+            if matches!(state.auto_escape(), AutoEscape::Json) && !value.is_safe() {
+                let json = serde_json::to_string(value).map_err(|e| {
+                    minijinja::Error::new(JinjaKind::BadSerialization, e.to_string())
+                })?;
+                out.write_str(&yaml_safe_json(&json))
+                    .map_err(|e| minijinja::Error::new(JinjaKind::WriteFailure, e.to_string()))
+            } else {
+                minijinja::escape_formatter(out, state, value)
+            }
+        });
+        env.add_filter(
+            "shell_quote",
+            |s: String| -> std::result::Result<String, minijinja::Error> {
+                shlex::try_quote(&s).map(|q| q.into_owned()).map_err(|_| {
+                    minijinja::Error::new(
+                        JinjaKind::InvalidOperation,
+                        "cannot shell-quote a NUL byte",
+                    )
+                })
+            },
+        );
+        env.add_filter("b64encode", |s: String| {
+            base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
+        });
+        env.add_filter(
+            "b64decode",
+            |s: String| -> std::result::Result<String, minijinja::Error> {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(s.trim())
+                    .map_err(|e| {
+                        minijinja::Error::new(JinjaKind::InvalidOperation, e.to_string())
+                    })?;
+                String::from_utf8(bytes)
+                    .map_err(|e| minijinja::Error::new(JinjaKind::InvalidOperation, e.to_string()))
+            },
+        );
+        env.add_filter(
+            "tojson",
+            |v: Value| -> std::result::Result<Value, minijinja::Error> {
+                let json = serde_json::to_string(&v).map_err(|e| {
+                    minijinja::Error::new(JinjaKind::BadSerialization, e.to_string())
+                })?;
+                Ok(Value::from_safe_string(yaml_safe_json(&json)))
+            },
+        );
+        Templates { env }
+    }
+
+    /// Adds a template; a syntax error names the template, line and column.
+    pub fn add(&mut self, name: impl Into<String>, source: impl Into<String>) -> Result<()> {
+        let (name, source) = (name.into(), source.into());
+        let src = source.clone();
+        self.env
+            .add_template_owned(name.clone(), source)
+            .map_err(|e| template_error(&name, &src, &e, &[]))
+    }
+
+    /// Renders template `name` with `context`. An undefined variable is an error naming
+    /// it, the template and the line.
+    pub fn render(&self, name: &str, context: &impl Serialize) -> Result<String> {
+        let tmpl = self
+            .env
+            .get_template(name)
+            .map_err(|e| Error::invalid_spec(format!("template {name}"), e.to_string()))?;
+        let ctx = Value::from(minijinja::value::Serde(context));
+        tmpl.render(&ctx).map_err(|e| {
+            let missing: Vec<String> = {
+                let mut v: Vec<String> = tmpl
+                    .undeclared_variables(true)
+                    .into_iter()
+                    .filter(|var| !is_defined(&ctx, var))
+                    .collect();
+                v.sort();
+                v
+            };
+            template_error(name, tmpl.source(), &e, &missing)
+        })
+    }
+
+    /// Renders template `name` as a cloud-config and reads it into the typed model,
+    /// refusing top-level keys the model does not cover unless in `allowed_extra`.
+    pub fn render_cloud_config(
+        &self,
+        name: &str,
+        context: &impl Serialize,
+        allowed_extra: &[&str],
+    ) -> Result<CloudConfig> {
+        let text = self.render(name, context)?;
+        parse(&text, allowed_extra).map_err(|e| e.context(format_args!("template {name}")))
+    }
+}
+
+impl CloudConfigLayer {
+    /// A layer whose cloud-config comes from a Jinja template (`source`, treated as
+    /// YAML: values are escaped) rendered with `context`, then validated like a typed one.
+    pub fn from_template(
+        name: impl Into<String>,
+        source: &str,
+        context: &impl Serialize,
+        allowed_extra: &[&str],
+    ) -> Result<Self> {
+        let name = name.into();
+        let mut t = Templates::new();
+        let tname = format!("{name}.yaml");
+        t.add(tname.clone(), source)?;
+        let config = t.render_cloud_config(&tname, context, allowed_extra)?;
+        CloudConfigLayer::new(name, config)
+    }
+}
+
+fn is_defined(ctx: &Value, path: &str) -> bool {
+    let mut v = ctx.clone();
+    for part in path.split('.') {
+        match v.get_attr(part) {
+            Ok(next) if !next.is_undefined() => v = next,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// JSON text with the characters a YAML 1.1 reader (PyYAML) refuses or folds (C1
+/// controls, NEL, LS/PS, BOM, U+FFFE/U+FFFF) escaped; JSON only escapes C0 controls.
+fn yaml_safe_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        let bad = matches!(
+            c,
+            '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
+        );
+        if bad {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn template_error(name: &str, source: &str, e: &minijinja::Error, missing: &[String]) -> Error {
+    let mut msg = String::new();
+    if let Some(line) = e.line() {
+        msg.push_str(&format!("line {line}"));
+        if let Some(range) = e.range() {
+            let start = range.start.min(source.len());
+            let line_start = source[..start].rfind('\n').map_or(0, |i| i + 1);
+            let col = source[line_start..start].chars().count() + 1;
+            msg.push_str(&format!(", column {col}"));
+        }
+        msg.push_str(": ");
+    }
+    if e.kind() == JinjaKind::UndefinedError && !missing.is_empty() {
+        msg.push_str(&format!("undefined variable {}", missing.join(", ")));
+    } else {
+        msg.push_str(&e.kind().to_string());
+        if let Some(d) = e.detail() {
+            msg.push_str(": ");
+            msg.push_str(d);
+        }
+    }
+    Error::invalid_spec(format!("template {name}"), msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn syntax_errors_name_line_and_column() {
+        let mut t = Templates::new();
+        let e = t
+            .add(
+                "a.yaml",
+                "#cloud-config\nhostname: {{ name }}\nruncmd:\n  - {% if x %}\n",
+            )
+            .unwrap_err();
+        assert_eq!(e.field(), Some("template a.yaml"));
+        let msg = e.to_string();
+        assert!(msg.contains("line 4"), "{msg}");
+        assert!(msg.contains("column"), "{msg}");
+        let e = t.add("b.yaml", "x: {{ a b }}\n").unwrap_err();
+        assert!(e.to_string().contains("line 1, column"), "{e}");
+    }
+
+    #[test]
+    fn undefined_variables_are_named_with_their_line() {
+        let mut t = Templates::new();
+        t.add(
+            "a.yaml",
+            "#cloud-config\nhostname: {{ host }}\nfqdn: {{ net.domain }}\n",
+        )
+        .unwrap();
+        let e = t.render("a.yaml", &json!({"net": {}})).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("undefined variable host"), "{msg}");
+        assert!(msg.contains("line 2"), "{msg}");
+        let e = t
+            .render("a.yaml", &json!({"host": "h", "net": {}}))
+            .unwrap_err();
+        assert!(e.to_string().contains("net.domain"), "{e}");
+        assert!(e.to_string().contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn helpers_quote_and_encode() {
+        let mut t = Templates::new();
+        t.add("s.sh", "echo {{ v | shell_quote }} {{ v | b64encode }} {{ v | b64encode | b64decode | shell_quote }}")
+            .unwrap();
+        let out = t.render("s.sh", &json!({"v": "it's $(x)"})).unwrap();
+        // The real shell reads the quoted value back unchanged.
+        let sh = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(sh.stdout).unwrap(),
+            "it's $(x) aXQncyAkKHgp it's $(x)\n",
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn yaml_values_are_escaped_and_refused_keys_are_named() {
+        let mut t = Templates::new();
+        t.add(
+            "c.yaml",
+            "#cloud-config\nfinal_message: {{ m }}\nruncmd:\n{% for c in cmds %}  - {{ c }}\n{% endfor %}",
+        )
+        .unwrap();
+        let ctx =
+            json!({"m": "a\nhostname: evil\n#cloud-config\u{85}", "cmds": ["echo 'x': y", "- z"]});
+        let c = t.render_cloud_config("c.yaml", &ctx, &[]).unwrap();
+        assert_eq!(
+            c.final_message.as_deref(),
+            Some("a\nhostname: evil\n#cloud-config\u{85}")
+        );
+        assert_eq!(c.hostname, None);
+        assert_eq!(c.runcmd.len(), 2);
+        t.add("d.yaml", "#cloud-config\nsnap: {{ s }}\n").unwrap();
+        let e = t
+            .render_cloud_config("d.yaml", &json!({"s": 1}), &[])
+            .unwrap_err();
+        assert!(e.to_string().contains("snap"), "{e}");
+    }
+}
