@@ -14,6 +14,7 @@
 //! Every document the tests render is checked by the real `cloud-init schema`.
 
 mod bootstrap;
+mod completion;
 mod hostkeys;
 mod layer;
 mod merge;
@@ -24,6 +25,7 @@ mod template;
 mod validate;
 
 pub use bootstrap::{Bootstrap, Built, Output, SizeReport};
+pub use completion::{CloudInitState, CloudInitStatus, STATUS_COMMAND, parse_status};
 pub use hostkeys::HostKey;
 pub use layer::{CloudConfigLayer, LayerPart};
 pub use merge::{MERGE_TYPE, merge};

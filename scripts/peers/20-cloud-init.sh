@@ -7,6 +7,7 @@ need=()
 [ -x /usr/bin/ignition-validate ] || need+=(ignition)
 [ -x /usr/bin/python3 ] || need+=(python3)
 command -v gzip >/dev/null || need+=(gzip)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
 if [ "${#need[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
