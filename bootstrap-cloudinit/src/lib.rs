@@ -11,11 +11,16 @@
 //!   MIME multipart with cloud-init's merge headers, fits them to the provider's budget
 //!   and reports sizes per layer.
 //!
+//! - [`to_ignition`]: Ignition v3 JSON from the same model where features map.
+//! - [`HostKey`], [`CloudInitStatus`]: pinned host keys and completion signals.
+//! - [`Templates`]: Jinja templates with strict undefined and YAML-safe escaping.
+//!
 //! Every document the tests render is checked by the real `cloud-init schema`.
 
 mod bootstrap;
 mod completion;
 mod hostkeys;
+mod ignition;
 mod layer;
 mod merge;
 mod model;
@@ -27,6 +32,7 @@ mod validate;
 pub use bootstrap::{Bootstrap, Built, Output, SizeReport};
 pub use completion::{CloudInitState, CloudInitStatus, STATUS_COMMAND, parse_status};
 pub use hostkeys::HostKey;
+pub use ignition::{IGNITION_VERSION, ignition_user_data, to_ignition};
 pub use layer::{CloudConfigLayer, LayerPart};
 pub use merge::{MERGE_TYPE, merge};
 pub use model::{
