@@ -354,6 +354,15 @@ impl Netns {
             gateway: gateway.clone(),
             tag: tag.clone(),
         };
+        // A name holding our PID can only be left over from a dead run that had it: clear it.
+        let quiet = |args: &[&str]| {
+            let _ = Command::new("ip").args(args).stderr(Stdio::null()).status();
+        };
+        quiet(&["link", "del", &bridge]);
+        for i in 0..n {
+            quiet(&["netns", "del", &format!("bssh-{tag}-{i}")]);
+            quiet(&["link", "del", &format!("bsv{tag}x{i}")]);
+        }
         run("ip", &["link", "add", &bridge, "type", "bridge"]);
         run(
             "ip",
