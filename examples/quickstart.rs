@@ -1,1 +1,201 @@
-fn main() {}
+//! The quickstart: a small fleet on the built-in simulator, bootstrapped in all three
+//! modes, with live progress and a timeline per machine. No cloud account, nothing to
+//! install:
+//!
+//! ```text
+//! cargo run --example quickstart
+//! ```
+//!
+//! - coupled: the software is rendered into user data and injected at creation; the
+//!   composer waits for the bootstrap sentinel file;
+//! - decoupled: the machine boots bare; the software is applied over a transport;
+//! - mixed: a base layer coupled, an application layer decoupled.
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use examples::{TimelineRow, print_progress, timeline_table};
+use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
+use machine_core::steps::{Step, StepLayer};
+use machine_core::{
+    CancellationToken, Composer, ComposerSettings, EventSink, FleetSpec, MachineProvisioner,
+    SentinelFile,
+};
+
+const FLEET: &str = "
+machines:
+  - name: coupled-1
+    image: debian-12
+    labels: {mode: coupled}
+  - name: decoupled-1
+    image: debian-12
+    labels: {mode: decoupled}
+    ssh: {user: ops}
+  - name: mixed-1
+    image: debian-12
+    labels: {mode: mixed}
+    ssh: {user: ops}
+";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+
+    // The simulated cloud: machines take 0.5 to 1.5 s to boot.
+    let cloud = SimCloud::new();
+    let provider: Arc<dyn MachineProvisioner> = Arc::new(SimProvider::new(
+        cloud.clone(),
+        SimConfig {
+            owner: "quickstart".into(),
+            boot_latency: Duration::from_millis(500),
+            boot_jitter: Duration::from_millis(1000),
+            delete_latency: Duration::from_millis(200),
+            ..SimConfig::default()
+        },
+    )?);
+    // Every command or upload over the simulated transport takes 50 ms, like a round trip.
+    let connector =
+        Arc::new(SimConnector::new(cloud.clone()).with_latency(Duration::from_millis(50)));
+
+    // Two layers of software, each usable coupled or decoupled.
+    let base = Arc::new(StepLayer::new(
+        "base",
+        vec![
+            Step::write_file("/etc/motd", "Provisioned by machine-core.\n"),
+            Step::run("useradd --create-home ops"),
+        ],
+    )?);
+    let app = Arc::new(StepLayer::new(
+        "app",
+        vec![
+            Step::write_file_mode(
+                "/opt/hello/run.sh",
+                "#!/bin/sh\nexec python3 -m http.server 8080\n",
+                0o755,
+            ),
+            Step::run("systemd-run --unit hello /opt/hello/run.sh"),
+        ],
+    )?);
+
+    // One composer per mode, all on one provider and one event stream.
+    let events = EventSink::default();
+    let settings = ComposerSettings {
+        poll_interval: Duration::from_millis(100),
+        ..ComposerSettings::default()
+    };
+    let build = |label: &str| -> anyhow::Result<Composer> {
+        let b = Composer::builder(provider.clone())
+            .settings(settings.clone())
+            .events(events.clone())
+            .connector(connector.clone());
+        let b = match label {
+            "coupled" => b
+                .coupled(base.clone())
+                .coupled(app.clone())
+                .completion(Arc::new(SentinelFile::default())),
+            "decoupled" => b.decoupled(base.clone()).decoupled(app.clone()),
+            _ => b
+                .coupled(base.clone())
+                .decoupled(app.clone())
+                .completion(Arc::new(SentinelFile::default())),
+        };
+        Ok(b.build()?)
+    };
+
+    let fleet = FleetSpec::from_yaml(FLEET)?;
+    println!(
+        "Provisioning {} machines on the simulator (coupled, decoupled, mixed)\n",
+        fleet.machines.len()
+    );
+    let start = SystemTime::now();
+    let stop = CancellationToken::new();
+    let printer = print_progress(&events, start, stop.clone());
+
+    let cancel = CancellationToken::new();
+    let mut runs = Vec::new();
+    for spec in &fleet.machines {
+        let mode = spec.labels["mode"].clone();
+        let composer = build(&mode)?;
+        let spec = spec.clone();
+        let cancel = cancel.clone();
+        runs.push(tokio::spawn(async move {
+            let out = composer
+                .provision_fleet(std::slice::from_ref(&spec), NonZeroUsize::MIN, &cancel)
+                .await;
+            (mode, composer, out)
+        }));
+    }
+    let mut done = Vec::new();
+    for run in runs {
+        let (mode, composer, out) = run.await?;
+        for r in out? {
+            let p = r
+                .outcome
+                .with_context(|| format!("provisioning {}", r.name))?;
+            done.push((mode.clone(), p));
+        }
+        drop(composer);
+    }
+    stop.cancel();
+    printer.await?;
+
+    println!("\nWhere the time went:");
+    let rows: Vec<TimelineRow<'_>> = done
+        .iter()
+        .map(|(mode, p)| TimelineRow {
+            name: p.machine.name.as_str(),
+            label: mode,
+            timeline: &p.timeline,
+        })
+        .collect();
+    print!("{}", timeline_table(&rows));
+
+    println!("\nWhat each machine got:");
+    for (mode, p) in &done {
+        let id = &p.machine.provider_id;
+        let user_data = provider.user_data(id).await?;
+        let host = cloud.host(id).context("simulated host")?;
+        println!("{} ({mode}, {id})", p.machine.name);
+        match user_data {
+            Some(ud) => println!(
+                "  user data: {:?}, {} bytes, sha256 {}",
+                ud.format,
+                ud.bytes.len(),
+                ud.short_hash()
+            ),
+            None => println!("  user data: none"),
+        }
+        for c in &host.commands {
+            println!("  ran: {c}");
+        }
+        for (path, f) in host
+            .files
+            .iter()
+            .filter(|(p, _)| !p.starts_with("/var/lib"))
+        {
+            println!("  file: {path} ({:o}, {} bytes)", f.mode, f.content.len());
+        }
+    }
+
+    println!("\nTearing down:");
+    let teardown = Composer::builder(provider.clone())
+        .settings(settings)
+        .build()?;
+    let names: Vec<_> = done.iter().map(|(_, p)| p.machine.name.clone()).collect();
+    for (name, r) in teardown
+        .deprovision_fleet(
+            &names,
+            NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN),
+            &cancel,
+        )
+        .await
+    {
+        r.with_context(|| format!("deprovisioning {name}"))?;
+        println!("  {name}: deleted");
+    }
+    Ok(())
+}

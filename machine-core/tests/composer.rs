@@ -587,3 +587,92 @@ async fn provision_can_run_on_a_spawned_task() {
     });
     assert_eq!(handle.await.unwrap().unwrap().machine.phase, Phase::Ready);
 }
+
+#[tokio::test]
+async fn fleets_can_run_on_a_spawned_task() {
+    let cloud = SimCloud::new();
+    let composer = Arc::new(
+        Composer::builder(sim(&cloud, SimConfig::default()))
+            .build()
+            .unwrap(),
+    );
+    let c = composer.clone();
+    let handle = tokio::spawn(async move {
+        let specs = [spec("s-1"), spec("s-2")];
+        c.provision_fleet(
+            &specs,
+            NonZeroUsize::new(2).unwrap(),
+            &CancellationToken::new(),
+        )
+        .await
+    });
+    let results = handle.await.unwrap().unwrap();
+    assert!(results.iter().all(|r| r.outcome.is_ok()));
+}
+
+/// A layer that records how many machines it is applied to at the same time.
+struct Gauge {
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl machine_core::SoftwareProvisioner for Gauge {
+    fn name(&self) -> &str {
+        "gauge"
+    }
+    fn supports(&self, mode: machine_core::Mode) -> bool {
+        mode == machine_core::Mode::Decoupled
+    }
+    fn user_data_parts(
+        &self,
+        _: &MachineSpec,
+    ) -> machine_core::Result<Vec<machine_core::UserDataPart>> {
+        Ok(vec![])
+    }
+    async fn is_applied(
+        &self,
+        _: &machine_core::Machine,
+        _: &dyn machine_core::Transport,
+    ) -> machine_core::Result<bool> {
+        Ok(false)
+    }
+    async fn apply(
+        &self,
+        _: &machine_core::Machine,
+        _: &dyn machine_core::Transport,
+    ) -> machine_core::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let n = self.now.fetch_add(1, SeqCst) + 1;
+        self.max.fetch_max(n, SeqCst);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.now.fetch_sub(1, SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn fleet_concurrency_is_bounded() {
+    let cloud = SimCloud::new();
+    let gauge = Arc::new(Gauge {
+        now: 0.into(),
+        max: 0.into(),
+    });
+    let composer = Composer::builder(sim(&cloud, SimConfig::default()))
+        .decoupled(gauge.clone())
+        .connector(Arc::new(SimConnector::new(cloud.clone())))
+        .settings(fast_settings())
+        .build()
+        .unwrap();
+    let specs: Vec<_> = (0..30).map(|i| spec(&format!("g-{i}"))).collect();
+    let results = composer
+        .provision_fleet(
+            &specs,
+            NonZeroUsize::new(3).unwrap(),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(results.iter().all(|r| r.outcome.is_ok()));
+    assert_eq!(gauge.max.load(std::sync::atomic::Ordering::SeqCst), 3);
+}

@@ -2,7 +2,8 @@
 
 use std::num::NonZeroUsize;
 
-use futures_util::stream::{self, StreamExt};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
 use super::{Composer, Provisioned};
@@ -31,20 +32,23 @@ impl Composer {
         cancel: &CancellationToken,
     ) -> Result<Vec<FleetResult>> {
         check_unique_names(specs)?;
-        let mut results: Vec<(usize, FleetResult)> = stream::iter(specs.iter().enumerate())
-            .map(|(i, spec)| async move {
-                let outcome = self.provision(spec, cancel).await;
-                (
-                    i,
-                    FleetResult {
-                        name: spec.name.clone(),
-                        outcome,
-                    },
-                )
-            })
-            .buffer_unordered(concurrency.get())
-            .collect()
-            .await;
+        // A plain loop over FuturesUnordered rather than a stream combinator with a
+        // closure: rustc cannot prove such closures general over lifetimes, which would
+        // make the fleet future impossible to spawn. Futures are made only as slots free
+        // up, so memory follows the concurrency, not the fleet size.
+        let mut todo = specs.iter().enumerate();
+        let mut running = FuturesUnordered::new();
+        let mut results = Vec::with_capacity(specs.len());
+        loop {
+            while running.len() < concurrency.get() {
+                let Some((i, spec)) = todo.next() else { break };
+                running.push(self.fleet_member(i, spec, cancel));
+            }
+            match running.next().await {
+                Some(done) => results.push(done),
+                None => break,
+            }
+        }
         results.sort_unstable_by_key(|(i, _)| *i);
         Ok(results.into_iter().map(|(_, r)| r).collect())
     }
@@ -57,15 +61,40 @@ impl Composer {
         concurrency: NonZeroUsize,
         cancel: &CancellationToken,
     ) -> Vec<(MachineName, Result<()>)> {
-        let mut results: Vec<(usize, (MachineName, Result<()>))> =
-            stream::iter(names.iter().enumerate())
-                .map(|(i, name)| async move {
-                    (i, (name.clone(), self.deprovision(name, cancel).await))
-                })
-                .buffer_unordered(concurrency.get())
-                .collect()
-                .await;
+        let mut todo = names.iter().enumerate();
+        let mut running = FuturesUnordered::new();
+        let mut results = Vec::with_capacity(names.len());
+        loop {
+            while running.len() < concurrency.get() {
+                let Some((i, name)) = todo.next() else { break };
+                running.push(self.fleet_deletion(i, name, cancel));
+            }
+            match running.next().await {
+                Some(done) => results.push(done),
+                None => break,
+            }
+        }
         results.sort_unstable_by_key(|(i, _)| *i);
         results.into_iter().map(|(_, r)| r).collect()
+    }
+
+    async fn fleet_member(
+        &self,
+        i: usize,
+        spec: &MachineSpec,
+        cancel: &CancellationToken,
+    ) -> (usize, FleetResult) {
+        let outcome = self.provision(spec, cancel).await;
+        let name = spec.name.clone();
+        (i, FleetResult { name, outcome })
+    }
+
+    async fn fleet_deletion(
+        &self,
+        i: usize,
+        name: &MachineName,
+        cancel: &CancellationToken,
+    ) -> (usize, (MachineName, Result<()>)) {
+        (i, (name.clone(), self.deprovision(name, cancel).await))
     }
 }

@@ -121,6 +121,7 @@ impl Composer {
                     .await?;
                 self.events
                     .emit(&spec.name, m.phase, || format!("created {}", m.provider_id));
+                st.last_phase = Some(m.phase);
                 m
             }
         };
@@ -149,14 +150,7 @@ impl Composer {
         if m.phase == Phase::Ready {
             st.timeline.mark(|t| &mut t.ready);
         }
-        if st.last_phase != Some(m.phase) {
-            st.last_phase = Some(m.phase);
-            tracing::debug!(machine = %m.name, phase = %m.phase, "phase");
-            self.events.emit(&m.name, m.phase, || match &m.failure {
-                Some(f) => format!("{}: {}", f.reason, f.message),
-                None => format!("phase {}", m.phase),
-            });
-        }
+        self.note_phase(&m, st);
         Ok(Reconciled {
             machine: Some(m),
             action,
@@ -173,6 +167,7 @@ impl Composer {
             return Ok(Action::AwaitChange);
         }
         m.phase = Phase::Bootstrapping;
+        self.note_phase(m, st);
         let Some(connector) = &self.connector else {
             // build() refuses decoupled layers and checks without a connector.
             return Err(Error::permanent("no connector configured"));
@@ -265,6 +260,19 @@ impl Composer {
         }
         m.phase = Phase::Ready;
         Ok(Action::AwaitChange)
+    }
+
+    /// Emits a progress event when the phase differs from the last one noted.
+    fn note_phase(&self, m: &Machine, st: &mut StepState) {
+        if st.last_phase == Some(m.phase) {
+            return;
+        }
+        st.last_phase = Some(m.phase);
+        tracing::debug!(machine = %m.name, phase = %m.phase, "phase");
+        self.events.emit(&m.name, m.phase, || match &m.failure {
+            Some(f) => format!("{}: {}", f.reason, f.message),
+            None => format!("phase {}", m.phase),
+        });
     }
 
     /// A retryable error on the transport drops the connection and requeues; any other

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -67,10 +68,14 @@ impl HostCell {
 pub struct SimTransport {
     cell: Arc<HostCell>,
     cloud: SimCloud,
+    latency: Duration,
 }
 
 impl SimTransport {
-    fn check_link(&self) -> Result<()> {
+    async fn check_link(&self) -> Result<()> {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
         if self.cell.reachable.load(Ordering::SeqCst) {
             Ok(())
         } else {
@@ -82,7 +87,7 @@ impl SimTransport {
 #[async_trait]
 impl Transport for SimTransport {
     async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput> {
-        self.check_link()?;
+        self.check_link().await?;
         let shown = if request.sudo {
             format!("sudo {}", request.command)
         } else {
@@ -93,7 +98,7 @@ impl Transport for SimTransport {
     }
 
     async fn upload(&self, file: &FileUpload) -> Result<()> {
-        self.check_link()?;
+        self.check_link().await?;
         self.cell.lock().files.insert(
             file.path.clone(),
             SimFile {
@@ -106,7 +111,7 @@ impl Transport for SimTransport {
     }
 
     async fn read_file(&self, path: &str, max_bytes: usize) -> Result<Option<Vec<u8>>> {
-        self.check_link()?;
+        self.check_link().await?;
         match self.cell.lock().files.get(path) {
             None => Ok(None),
             Some(f) if f.content.len() > max_bytes => Err(Error::permanent(format!(
@@ -122,18 +127,32 @@ impl Transport for SimTransport {
 #[derive(Debug, Clone)]
 pub struct SimConnector {
     cloud: SimCloud,
+    latency: Duration,
 }
 
 impl SimConnector {
-    /// A connector into `cloud`.
+    /// A connector into `cloud` whose transports answer at once.
     pub fn new(cloud: SimCloud) -> Self {
-        SimConnector { cloud }
+        SimConnector {
+            cloud,
+            latency: Duration::ZERO,
+        }
+    }
+
+    /// Makes every transport operation (exec, upload, read) take `latency`, as a real
+    /// round trip would; connecting takes it too.
+    pub fn with_latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
     }
 }
 
 #[async_trait]
 impl Connector for SimConnector {
     async fn connect(&self, machine: &Machine) -> Result<Arc<dyn Transport>> {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
         let cell = self.cloud.running_host(&machine.provider_id)?;
         if !cell.reachable.load(Ordering::SeqCst) {
             return Err(Error::transient(format!(
@@ -144,6 +163,7 @@ impl Connector for SimConnector {
         Ok(Arc::new(SimTransport {
             cell,
             cloud: self.cloud.clone(),
+            latency: self.latency,
         }))
     }
 }
