@@ -676,3 +676,26 @@ async fn fleet_concurrency_is_bounded() {
     assert!(results.iter().all(|r| r.outcome.is_ok()));
     assert_eq!(gauge.max.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+#[tokio::test]
+async fn sim_exec_output_keeps_the_tail_within_the_bound() {
+    use machine_core::{Connector, ExecRequest};
+    let cloud = SimCloud::new();
+    let provider = sim(&cloud, SimConfig::default());
+    let m = provider.create(&spec("chatty"), None).await.unwrap();
+    cloud.on_exec(
+        "yes",
+        ExecOutput {
+            status: Some(0),
+            stdout: b"0123456789".to_vec(),
+            stderr: vec![],
+            truncated: false,
+        },
+    );
+    let t = SimConnector::new(cloud.clone()).connect(&m).await.unwrap();
+    let mut req = ExecRequest::new("yes");
+    req.max_output = 4;
+    let out = t.exec(&req).await.unwrap();
+    assert_eq!(out.stdout, b"6789");
+    assert!(out.truncated);
+}

@@ -94,7 +94,15 @@ impl Transport for SimTransport {
             request.command.clone()
         };
         self.cell.lock().commands.push(shown);
-        Ok(self.cloud.exec_response(&request.command))
+        let mut out = self.cloud.exec_response(&request.command);
+        // Keep the tail within the bound, as real transports do.
+        for stream in [&mut out.stdout, &mut out.stderr] {
+            if stream.len() > request.max_output {
+                stream.drain(..stream.len() - request.max_output);
+                out.truncated = true;
+            }
+        }
+        Ok(out)
     }
 
     async fn upload(&self, file: &FileUpload) -> Result<()> {
