@@ -6,7 +6,8 @@
 //! cargo run --example quickstart
 //! ```
 //!
-//! - coupled: the software is rendered into user data and injected at creation; the
+//! - coupled: the software is rendered into user data (a cloud-config layer and a
+//!   script layer) and injected at creation; the
 //!   composer waits for the bootstrap sentinel file;
 //! - decoupled: the machine boots bare; the software is applied over a transport;
 //! - mixed: a base layer coupled, an application layer decoupled.
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
+use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, User, WriteFile};
 use examples::{TimelineRow, print_progress, timeline_table};
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
@@ -61,14 +63,26 @@ async fn main() -> anyhow::Result<()> {
     let connector =
         Arc::new(SimConnector::new(cloud.clone()).with_latency(Duration::from_millis(50)));
 
-    // Two layers of software, each usable coupled or decoupled.
-    let base = Arc::new(StepLayer::new(
+    // The base layer as cloud-init user data, for machines that get it at creation ...
+    let base_cloud_init = Arc::new(CloudConfigLayer::new(
+        "base",
+        CloudConfig::new()
+            .with_user(User::admin("ops", Vec::<String>::new()))
+            .with_file(WriteFile::new(
+                "/etc/motd",
+                "Provisioned by machine-core.\n",
+            ))
+            .with_runcmd("systemctl enable --now ssh"),
+    )?);
+    // ... and the same base as steps run over a connection, for machines that boot bare.
+    let base_steps = Arc::new(StepLayer::new(
         "base",
         vec![
             Step::write_file("/etc/motd", "Provisioned by machine-core.\n"),
             Step::run("useradd --create-home ops"),
         ],
     )?);
+    // The application layer: steps that work either way.
     let app = Arc::new(StepLayer::new(
         "app",
         vec![
@@ -94,12 +108,12 @@ async fn main() -> anyhow::Result<()> {
             .connector(connector.clone());
         let b = match label {
             "coupled" => b
-                .coupled(base.clone())
+                .coupled(base_cloud_init.clone())
                 .coupled(app.clone())
                 .completion(Arc::new(SentinelFile::default())),
-            "decoupled" => b.decoupled(base.clone()).decoupled(app.clone()),
+            "decoupled" => b.decoupled(base_steps.clone()).decoupled(app.clone()),
             _ => b
-                .coupled(base.clone())
+                .coupled(base_cloud_init.clone())
                 .decoupled(app.clone())
                 .completion(Arc::new(SentinelFile::default())),
         };
@@ -161,12 +175,18 @@ async fn main() -> anyhow::Result<()> {
         let host = cloud.host(id).context("simulated host")?;
         println!("{} ({mode}, {id})", p.machine.name);
         match user_data {
-            Some(ud) => println!(
-                "  user data: {:?}, {} bytes, sha256 {}",
-                ud.format,
-                ud.bytes.len(),
-                ud.short_hash()
-            ),
+            Some(ud) => {
+                println!(
+                    "  user data: {:?}, {} bytes, sha256 {}",
+                    ud.format,
+                    ud.bytes.len(),
+                    ud.short_hash()
+                );
+                let text = String::from_utf8_lossy(&ud.decoded()?).into_owned();
+                for part in text.lines().filter(|l| l.starts_with("Content-Type: text/")) {
+                    println!("    part {}", part.trim_start_matches("Content-Type: "));
+                }
+            }
             None => println!("  user data: none"),
         }
         for c in &host.commands {
