@@ -44,6 +44,17 @@ pub trait SoftwareProvisioner: Send + Sync {
     /// the machine is created; must not do I/O.
     fn user_data_parts(&self, spec: &MachineSpec) -> Result<Vec<UserDataPart>>;
 
+    /// Coupled mode: SSH host public keys (OpenSSH format) this layer's user data puts on
+    /// `spec`'s machine, such as pre-generated host keys. The composer adds them to the
+    /// machine's [`crate::Access::host_keys`] before connecting, so the transport pins
+    /// them and never trusts on first use. They must be the same on every call for the
+    /// same spec, in any process (derive them, do not draw them at random per call).
+    /// The default is none.
+    fn host_keys(&self, spec: &MachineSpec) -> Result<Vec<String>> {
+        let _ = spec;
+        Ok(Vec::new())
+    }
+
     /// Decoupled mode: whether the layer is already fully applied on `machine`.
     async fn is_applied(&self, machine: &Machine, transport: &dyn Transport) -> Result<bool>;
 

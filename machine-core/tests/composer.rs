@@ -699,3 +699,92 @@ async fn sim_exec_output_keeps_the_tail_within_the_bound() {
     assert_eq!(out.stdout, b"6789");
     assert!(out.truncated);
 }
+
+/// A coupled layer that puts a fixed host key on every machine.
+struct PinnedKey;
+
+#[async_trait::async_trait]
+impl machine_core::SoftwareProvisioner for PinnedKey {
+    fn name(&self) -> &str {
+        "hostkey"
+    }
+    fn supports(&self, mode: machine_core::Mode) -> bool {
+        mode == machine_core::Mode::Coupled
+    }
+    fn user_data_parts(
+        &self,
+        _: &MachineSpec,
+    ) -> machine_core::Result<Vec<machine_core::UserDataPart>> {
+        Ok(vec![machine_core::UserDataPart::new(
+            UserDataFormat::CloudConfig,
+            "keys.yaml",
+            "#cloud-config\n",
+        )])
+    }
+    fn host_keys(&self, spec: &MachineSpec) -> machine_core::Result<Vec<String>> {
+        Ok(vec![format!("ssh-ed25519 AAAAPINNED {}", spec.name)])
+    }
+    async fn is_applied(
+        &self,
+        _: &machine_core::Machine,
+        _: &dyn machine_core::Transport,
+    ) -> machine_core::Result<bool> {
+        Ok(true)
+    }
+    async fn apply(
+        &self,
+        _: &machine_core::Machine,
+        _: &dyn machine_core::Transport,
+    ) -> machine_core::Result<()> {
+        Ok(())
+    }
+}
+
+/// Records the access info of every machine it is asked to connect to.
+struct AccessSpy {
+    inner: SimConnector,
+    seen: std::sync::Mutex<Vec<machine_core::Access>>,
+}
+
+#[async_trait::async_trait]
+impl machine_core::Connector for AccessSpy {
+    async fn connect(
+        &self,
+        machine: &machine_core::Machine,
+    ) -> machine_core::Result<Arc<dyn machine_core::Transport>> {
+        self.seen.lock().unwrap().push(machine.access.clone());
+        self.inner.connect(machine).await
+    }
+}
+
+#[tokio::test]
+async fn host_keys_of_coupled_layers_reach_the_connector() {
+    let cloud = SimCloud::new();
+    let spy = Arc::new(AccessSpy {
+        inner: SimConnector::new(cloud.clone()),
+        seen: Default::default(),
+    });
+    let composer = Composer::builder(sim(&cloud, SimConfig::default()))
+        .coupled(Arc::new(PinnedKey))
+        .decoupled(app())
+        .connector(spy.clone())
+        .settings(fast_settings())
+        .build()
+        .unwrap();
+    let done = composer
+        .provision(&spec("pinned"), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        done.machine
+            .access
+            .host_keys
+            .contains(&"ssh-ed25519 AAAAPINNED pinned".to_owned())
+    );
+    let seen = spy.seen.lock().unwrap();
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|a| {
+        a.host_keys
+            .contains(&"ssh-ed25519 AAAAPINNED pinned".to_owned())
+    }));
+}

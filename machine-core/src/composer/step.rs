@@ -127,6 +127,7 @@ impl Composer {
         };
         st.timeline.mark(|t| &mut t.created);
         st.provider_id = Some(m.provider_id.clone());
+        self.add_pinned_host_keys(spec, &mut m)?;
 
         let action = match m.phase {
             Phase::Pending | Phase::Provisioning | Phase::Deleting => {
@@ -260,6 +261,19 @@ impl Composer {
         }
         m.phase = Phase::Ready;
         Ok(Action::AwaitChange)
+    }
+
+    /// Adds the host keys coupled layers put on the machine to its access info, so that
+    /// the connector pins them.
+    fn add_pinned_host_keys(&self, spec: &MachineSpec, m: &mut Machine) -> Result<()> {
+        for layer in self.coupled() {
+            for key in layer.software.host_keys(spec)? {
+                if !m.access.host_keys.contains(&key) {
+                    m.access.host_keys.push(key);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Emits a progress event when the phase differs from the last one noted.
