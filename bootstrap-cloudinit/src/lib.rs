@@ -12,7 +12,7 @@
 //!   and reports sizes per layer.
 //!
 //! - [`to_ignition`]: Ignition v3 JSON from the same model where features map.
-//! - [`HostKey`], [`CloudInitStatus`]: pinned host keys and completion signals.
+//! - [`HostKey`], [`CloudInitStatus`], [`PhoneHomeListener`]: pinned host keys and completion signals.
 //! - [`Templates`]: Jinja templates with strict undefined and YAML-safe escaping.
 //!
 //! Every document the tests render is checked by the real `cloud-init schema`.
@@ -24,6 +24,7 @@ mod ignition;
 mod layer;
 mod merge;
 mod model;
+mod phone_home;
 mod render;
 mod secret;
 mod template;
@@ -39,6 +40,7 @@ pub use model::{
     CaCerts, CloudConfig, Command, Content, MODELED_KEYS, ManageEtcHosts, Ntp, PHONE_HOME_FIELDS,
     PhoneHome, PhoneHomePost, SshHostKeys, User, UserEntry, WriteFile,
 };
+pub use phone_home::{PhoneHomeCheck, PhoneHomeListener, PhoneHomeReport};
 pub use render::{HEADER, parse, render};
 pub use secret::Secret;
 pub use template::Templates;
