@@ -175,8 +175,10 @@ async fn main() -> anyhow::Result<()> {
         // A short second connection: the runner's closed when the machine was done.
         let os = match connector.connect_client(m).await {
             Ok(c) if r.result.is_ok() => os::detect(c.as_ref()).await.map(|o| {
-                let pm = o.package_manager();
-                format!("{} (package manager {pm:?})", o.pretty_name.unwrap_or(o.id))
+                let pm = o
+                    .package_manager()
+                    .map_or_else(|| "unknown".to_owned(), |p| format!("{p:?}").to_lowercase());
+                format!("{} (package manager {pm})", o.pretty_name.unwrap_or(o.id))
             }),
             _ => Ok("-".into()),
         };

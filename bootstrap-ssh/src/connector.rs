@@ -11,6 +11,9 @@ use crate::client::SshClient;
 use crate::config::{SshConfig, SshTarget};
 use crate::hostkeys::HostKeyPin;
 
+/// An endpoint and the fingerprints pinned for it.
+type CacheKey = (SshTarget, Vec<String>);
+
 /// Opens SSH transports to machines: the endpoint and user come from the machine's
 /// `access.ssh`, the pinned host keys from `access.hostKeys`, the rest from the config.
 ///
@@ -19,7 +22,8 @@ use crate::hostkeys::HostKeyPin;
 #[derive(Debug)]
 pub struct SshConnector {
     config: SshConfig,
-    open: Mutex<HashMap<SshTarget, Weak<SshClient>>>,
+    // Keyed by endpoint and pins: a machine with other pins gets its own, verified, connection.
+    open: Mutex<HashMap<CacheKey, Weak<SshClient>>>,
 }
 
 impl SshConnector {
@@ -49,20 +53,22 @@ impl SshConnector {
     /// Connects to `machine` and returns the concrete client.
     pub async fn connect_client(&self, machine: &Machine) -> Result<Arc<SshClient>> {
         let (target, pins) = self.target_of(machine)?;
-        if let Some(live) = self.cached(&target) {
+        let key = (target, pins.iter().map(HostKeyPin::fingerprint).collect());
+        if let Some(live) = self.cached(&key) {
             return Ok(live);
         }
-        let client = Arc::new(SshClient::connect(&self.config, &target, &pins).await?);
+        let target = &key.0;
+        let client = Arc::new(SshClient::connect(&self.config, target, &pins).await?);
         if let Ok(mut open) = self.open.lock() {
             open.retain(|_, w| w.strong_count() > 0);
-            open.insert(target, Arc::downgrade(&client));
+            open.insert(key, Arc::downgrade(&client));
         }
         Ok(client)
     }
 
-    fn cached(&self, target: &SshTarget) -> Option<Arc<SshClient>> {
+    fn cached(&self, key: &CacheKey) -> Option<Arc<SshClient>> {
         let open = self.open.lock().ok()?;
-        open.get(target)?.upgrade().filter(|c| !c.is_closed())
+        open.get(key)?.upgrade().filter(|c| !c.is_closed())
     }
 }
 

@@ -357,6 +357,14 @@ async fn the_connector_reuses_one_connection_and_checks_access() {
     assert!(Arc::ptr_eq(&a, &b), "one connection per machine");
     let t: Arc<dyn Transport> = connector.connect(&m).await.unwrap();
     assert!(t.exec(&ExecRequest::new("true")).await.unwrap().success());
+    // The same endpoint with other pins is not handed the verified connection.
+    let mut repinned = m.clone();
+    repinned.access.host_keys = vec![bootstrap_ssh::generate_ed25519().unwrap().1];
+    let e = connector.connect(&repinned).await.err().unwrap();
+    assert!(e.to_string().contains("MISMATCH"), "{e}");
+    drop((a, b, t));
+    let c = connector.connect_client(&m).await.unwrap();
+    assert!(!c.is_closed());
     // Bad access is named.
     let mut bad = m.clone();
     bad.access.host_keys = vec!["SHA256:tooshort".into()];
