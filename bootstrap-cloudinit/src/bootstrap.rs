@@ -140,12 +140,26 @@ impl Bootstrap {
             ));
         };
         let assembled_len = assembled.bytes.len();
+        // Compress here, at the level chosen for speed (see `crate::gzip`), when the
+        // raw data is over the limit; fit() then checks the compressed size.
+        let assembled = if delivery.gzip
+            && delivery.size_basis.counted(assembled_len) > delivery.max_bytes
+            && delivery.formats.contains(&assembled.format)
+        {
+            UserData {
+                format: assembled.format,
+                encoding: ContentEncoding::Gzip,
+                bytes: crate::encoding::gzip(&assembled.bytes),
+            }
+        } else {
+            assembled
+        };
         let user_data = fit(assembled, &parts, delivery)?;
-        let mut layers = Vec::with_capacity(self.layers.len());
-        for l in &self.layers {
-            let bytes: usize = l.parts()?.iter().map(|p| p.content.len()).sum();
-            layers.push((l.layer_name().to_owned(), bytes));
-        }
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| (l.layer_name().to_owned(), l.size()))
+            .collect();
         let report = SizeReport {
             layers,
             assembled: assembled_len,

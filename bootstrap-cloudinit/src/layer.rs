@@ -86,6 +86,9 @@ pub struct CloudConfigLayer {
     config: CloudConfig,
     parts: Vec<LayerPart>,
     system_users: Vec<String>,
+    /// The config rendered once at construction: layers are built once and used for
+    /// many machines, and the config cannot change afterwards.
+    rendered: std::sync::Arc<str>,
 }
 
 impl CloudConfigLayer {
@@ -105,11 +108,13 @@ impl CloudConfigLayer {
         let name = name.into();
         check_dns_label("layer.name", &name)?;
         validate_with(&config, &system_users).map_err(|e| e.within(&format!("layer {name}")))?;
+        let rendered = render_unchecked(&config)?.into();
         Ok(CloudConfigLayer {
             name,
             config,
             parts: Vec::new(),
             system_users,
+            rendered,
         })
     }
 
@@ -182,7 +187,27 @@ impl CloudConfigLayer {
 
     /// The layer's cloud-config rendered as a `#cloud-config` document.
     pub fn render(&self) -> Result<String> {
-        render_unchecked(&self.config)
+        Ok(self.rendered.to_string())
+    }
+
+    /// Bytes of the layer's own parts (its cloud-config and the others), uncompressed.
+    pub fn size(&self) -> usize {
+        let config = if self.config == CloudConfig::default() {
+            0
+        } else {
+            self.rendered.len()
+        };
+        config
+            + self
+                .parts
+                .iter()
+                .map(|p| match p {
+                    LayerPart::ShellScript { script, .. } | LayerPart::Boothook { script, .. } => {
+                        script.len()
+                    }
+                    LayerPart::Jinja2 { template, .. } => template.len(),
+                })
+                .sum::<usize>()
     }
 
     /// The layer's user-data parts: the cloud-config (when not empty) with the

@@ -19,6 +19,7 @@
 
 mod bootstrap;
 mod completion;
+mod encoding;
 mod hostkeys;
 mod ignition;
 mod layer;
@@ -32,6 +33,7 @@ mod validate;
 
 pub use bootstrap::{Bootstrap, Built, Output, SizeReport};
 pub use completion::{CloudInitState, CloudInitStatus, STATUS_COMMAND, parse_status};
+pub use encoding::{GZIP_LEVEL, gzip};
 pub use hostkeys::HostKey;
 pub use ignition::{IGNITION_VERSION, ignition_user_data, to_ignition};
 pub use layer::{CloudConfigLayer, LayerPart};

@@ -273,3 +273,46 @@ fn budgets_gzip_when_needed_and_name_sizes_and_largest_layers() {
     .unwrap_err();
     assert!(e.to_string().contains("bulky.cloud-config.yaml"), "{e}");
 }
+
+#[test]
+fn multipart_matches_cloud_init_make_mime_part_for_part() {
+    let b = Bootstrap::new("web", layers())
+        .unwrap()
+        .output(Output::Multipart);
+    let parts = b.parts().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["devel".to_owned(), "make-mime".to_owned()];
+    for p in &parts {
+        let path = dir.path().join(&p.filename);
+        std::fs::write(&path, &p.content).unwrap();
+        let subtype = p.format.mime_type().unwrap().trim_start_matches("text/");
+        args.push("-a".into());
+        args.push(format!("{}:{subtype}", p.filename));
+    }
+    let out = std::process::Command::new("/usr/bin/cloud-init")
+        .args(&args)
+        .current_dir(dir.path())
+        .output()
+        .expect("cloud-init is missing: run scripts/peers/20-cloud-init.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs: serde_json::Value =
+        serde_json::from_str(&peers::python(EMAIL_PARTS, &out.stdout)).unwrap();
+    let ours_ud = b.build(&delivery(64 * 1024, true)).unwrap().user_data;
+    let ours: serde_json::Value =
+        serde_json::from_str(&peers::python(EMAIL_PARTS, &ours_ud.decoded().unwrap())).unwrap();
+    assert_eq!(ours["root"], theirs["root"]);
+    let (ours, theirs) = (
+        ours["parts"].as_array().unwrap(),
+        theirs["parts"].as_array().unwrap(),
+    );
+    assert_eq!(ours.len(), theirs.len());
+    for (o, t) in ours.iter().zip(theirs) {
+        assert_eq!(o["type"], t["type"]);
+        assert_eq!(o["filename"], t["filename"]);
+        assert_eq!(o["payload"], t["payload"]);
+    }
+}

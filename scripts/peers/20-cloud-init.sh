@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Peers of bootstrap-cloudinit: Debian's cloud-init (its schema validator, its Python
-# with PyYAML, its status command) and Debian's Ignition (ignition-validate).
+# with PyYAML, its status command, its phone_home module), Debian's Ignition
+# (ignition-validate), ssh-keygen, and a Debian 12 root file system with cloud-init in
+# the user cache, in which the tests run cloud-init's real boot stages.
 set -euo pipefail
 need=()
 [ -x /usr/bin/cloud-init ] || need+=(cloud-init)
 [ -x /usr/bin/ignition-validate ] || need+=(ignition)
 [ -x /usr/bin/python3 ] || need+=(python3)
+[ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
+[ -x /usr/bin/unshare ] || need+=(util-linux)
 command -v gzip >/dev/null || need+=(gzip)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 if [ "${#need[@]}" -gt 0 ]; then
@@ -15,3 +19,17 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 cloud-init --version
 ignition-validate --version
+
+root="${XDG_CACHE_HOME:-$HOME/.cache}/machine-provisioning/bookworm-cloud-init"
+if [ ! -x "$root/usr/bin/cloud-init" ]; then
+  # The mirror apt is configured with on this machine.
+  mirror=$(sed -n 's/^URIs: *\([^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  mkdir -p "$(dirname "$root")"
+  rm -rf "$root.tmp"
+  echo "debootstrap bookworm with cloud-init into $root (a few minutes, once)"
+  debootstrap --variant=minbase --include=cloud-init,python3-cffi-backend,openssh-client \
+    bookworm "$root.tmp" "$mirror" > "$root.log" 2>&1 || { tail -n 20 "$root.log"; exit 1; }
+  mv "$root.tmp" "$root"
+fi
+echo "cloud-init root: $root ($(chroot "$root" cloud-init --version 2>&1))"
