@@ -1,0 +1,291 @@
+//! The wire half: EC2 calls through the official SDK, each one attempt (unless the
+//! config says otherwise), with every error mapped by [`crate::errors`].
+
+use aws_config::BehaviorVersion;
+use aws_sdk_ec2::config::retry::RetryConfig;
+use aws_sdk_ec2::config::timeout::TimeoutConfig;
+use aws_sdk_ec2::config::{Credentials, Region};
+use aws_sdk_ec2::types::{
+    BlockDeviceMapping, EbsBlockDevice, Filter, IamInstanceProfileSpecification, Instance,
+    InstanceAttributeName, InstanceType, Placement, ResourceType, Tag, TagSpecification,
+    VolumeType,
+};
+use base64::Engine;
+use machine_core::{Error, ExposeSecret, Result};
+
+use crate::config::{AwsConfig, CredentialSource};
+use crate::errors::from_sdk;
+use crate::settings::{Ec2Settings, RootVolume};
+
+/// An EC2 client for one region and endpoint.
+#[derive(Debug, Clone)]
+pub(crate) struct Ec2 {
+    sdk: aws_sdk_ec2::Client,
+}
+
+/// Everything RunInstances needs for one machine.
+#[derive(Debug)]
+pub(crate) struct Launch<'a> {
+    pub image: &'a str,
+    pub instance_type: &'a str,
+    pub settings: &'a Ec2Settings,
+    /// The root device name, when a root volume is configured.
+    pub root_device: Option<&'a str>,
+    /// Raw user data bytes (compressed or not); base64 is applied here.
+    pub user_data: Option<&'a [u8]>,
+    pub tags: &'a [(String, String)],
+    pub client_token: &'a str,
+}
+
+impl Ec2 {
+    /// Builds the SDK client: region, endpoint, credentials, retries and timeouts as
+    /// `config` says. With the standard chain this reads the environment and the shared
+    /// config files, but makes no network call until the first request.
+    pub(crate) async fn connect(config: &AwsConfig) -> Result<Self> {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(config.region.clone()))
+            .retry_config(RetryConfig::standard().with_max_attempts(config.sdk_max_attempts))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(config.connect_timeout)
+                    .operation_attempt_timeout(config.attempt_timeout)
+                    .build(),
+            );
+        if let Some(url) = &config.endpoint_url {
+            loader = loader.endpoint_url(url);
+        }
+        if let CredentialSource::Static {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        } = &config.credentials
+        {
+            loader = loader.credentials_provider(Credentials::new(
+                access_key_id,
+                secret_access_key.expose_secret(),
+                session_token.as_ref().map(|t| t.expose_secret().to_owned()),
+                None,
+                "provider-aws-static",
+            ));
+        }
+        let sdk_config = loader.load().await;
+        Ok(Ec2 {
+            sdk: aws_sdk_ec2::Client::new(&sdk_config),
+        })
+    }
+
+    pub(crate) fn sdk(&self) -> &aws_sdk_ec2::Client {
+        &self.sdk
+    }
+
+    /// RunInstances for exactly one instance; the instance as EC2 answered.
+    pub(crate) async fn run_instance(&self, l: &Launch<'_>) -> Result<Instance> {
+        let tags: Vec<Tag> = l
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        let spec_for = |rt: ResourceType| {
+            TagSpecification::builder()
+                .resource_type(rt)
+                .set_tags(Some(tags.clone()))
+                .build()
+        };
+        let s = l.settings;
+        let mut req = self
+            .sdk
+            .run_instances()
+            .image_id(l.image)
+            .instance_type(InstanceType::from(l.instance_type))
+            .min_count(1)
+            .max_count(1)
+            .client_token(l.client_token)
+            .tag_specifications(spec_for(ResourceType::Instance))
+            .tag_specifications(spec_for(ResourceType::Volume))
+            .set_subnet_id(s.subnet_id.clone())
+            .set_security_group_ids(s.security_group_ids.clone())
+            .set_key_name(s.key_name.clone());
+        if let Some(profile) = &s.instance_profile {
+            let spec = if profile.starts_with("arn:") {
+                IamInstanceProfileSpecification::builder().arn(profile)
+            } else {
+                IamInstanceProfileSpecification::builder().name(profile)
+            };
+            req = req.iam_instance_profile(spec.build());
+        }
+        if let Some(zone) = &s.availability_zone {
+            req = req.placement(Placement::builder().availability_zone(zone).build());
+        }
+        if let (Some(root), Some(device)) = (&s.root_volume, l.root_device) {
+            req = req.block_device_mappings(root_mapping(root, device));
+        }
+        if let Some(bytes) = l.user_data {
+            req = req.user_data(base64::engine::general_purpose::STANDARD.encode(bytes));
+        }
+        let out = req.send().await.map_err(|e| from_sdk("RunInstances", e))?;
+        out.instances()
+            .first()
+            .cloned()
+            .ok_or_else(|| Error::permanent("RunInstances answered without an instance"))
+    }
+
+    /// DescribeInstances by ids and filters, following every `NextToken`.
+    pub(crate) async fn describe(&self, ids: &[&str], filters: &[Filter]) -> Result<Vec<Instance>> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .sdk
+                .describe_instances()
+                .set_instance_ids(
+                    (!ids.is_empty()).then(|| ids.iter().map(|s| (*s).to_owned()).collect()),
+                )
+                .set_filters((!filters.is_empty()).then(|| filters.to_vec()))
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| from_sdk("DescribeInstances", e))?;
+            for r in page.reservations() {
+                out.extend(r.instances().iter().cloned());
+            }
+            match page.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// TerminateInstances for one instance.
+    pub(crate) async fn terminate(&self, id: &str) -> Result<()> {
+        self.sdk
+            .terminate_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| from_sdk("TerminateInstances", e))?;
+        Ok(())
+    }
+
+    /// StartInstances for one instance.
+    pub(crate) async fn start(&self, id: &str) -> Result<()> {
+        self.sdk
+            .start_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| from_sdk("StartInstances", e))?;
+        Ok(())
+    }
+
+    /// StopInstances for one instance.
+    pub(crate) async fn stop(&self, id: &str) -> Result<()> {
+        self.sdk
+            .stop_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| from_sdk("StopInstances", e))?;
+        Ok(())
+    }
+
+    /// RebootInstances for one instance.
+    pub(crate) async fn reboot(&self, id: &str) -> Result<()> {
+        self.sdk
+            .reboot_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| from_sdk("RebootInstances", e))?;
+        Ok(())
+    }
+
+    /// The console output, decoded; `None` when EC2 has none yet.
+    pub(crate) async fn console_output(&self, id: &str) -> Result<Option<String>> {
+        let out = self
+            .sdk
+            .get_console_output()
+            .instance_id(id)
+            .send()
+            .await
+            .map_err(|e| from_sdk("GetConsoleOutput", e))?;
+        let Some(b64) = out.output().filter(|o| !o.is_empty()) else {
+            return Ok(None);
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map_err(|e| {
+                Error::permanent("GetConsoleOutput answered with invalid base64").with_source(e)
+            })?;
+        Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// The instance's user data bytes as EC2 keeps them; `None` when it has none.
+    pub(crate) async fn user_data(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        let out = self
+            .sdk
+            .describe_instance_attribute()
+            .instance_id(id)
+            .attribute(InstanceAttributeName::UserData)
+            .send()
+            .await
+            .map_err(|e| from_sdk("DescribeInstanceAttribute", e))?;
+        let Some(b64) = out
+            .user_data()
+            .and_then(|v| v.value())
+            .filter(|v| !v.is_empty())
+        else {
+            return Ok(None);
+        };
+        base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map(Some)
+            .map_err(|e| {
+                Error::permanent("DescribeInstanceAttribute answered with invalid base64")
+                    .with_source(e)
+            })
+    }
+
+    /// The root device name of `image` (`/dev/xvda`), for a root volume mapping.
+    pub(crate) async fn root_device_name(&self, image: &str) -> Result<String> {
+        let out = self
+            .sdk
+            .describe_images()
+            .image_ids(image)
+            .send()
+            .await
+            .map_err(|e| from_sdk("DescribeImages", e))?;
+        out.images()
+            .first()
+            .and_then(|i| i.root_device_name())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                Error::invalid_spec(
+                    "image",
+                    format!("image {image} was not found, or has no root device name"),
+                )
+            })
+    }
+}
+
+fn root_mapping(root: &RootVolume, device: &str) -> BlockDeviceMapping {
+    let volume_type = VolumeType::from(root.volume_type.as_deref().unwrap_or("gp3"));
+    BlockDeviceMapping::builder()
+        .device_name(device)
+        .ebs(
+            EbsBlockDevice::builder()
+                .volume_size(root.size_gib)
+                .volume_type(volume_type)
+                .delete_on_termination(true)
+                .set_encrypted(root.encrypted)
+                .build(),
+        )
+        .build()
+}
+
+/// A DescribeInstances filter.
+pub(crate) fn filter(name: &str, values: &[&str]) -> Filter {
+    Filter::builder()
+        .name(name)
+        .set_values(Some(values.iter().map(|v| (*v).to_owned()).collect()))
+        .build()
+}

@@ -1,0 +1,305 @@
+//! EC2's errors in machine-core's terms: every SDK error becomes a
+//! [`machine_core::Error`] whose [`ErrorKind`] decides whether it is retried.
+//!
+//! | EC2 says | kind |
+//! |---|---|
+//! | `RequestLimitExceeded`, `Throttling`, `ThrottlingException`, `RequestThrottled`, `SlowDown` | throttled |
+//! | `InsufficientInstanceCapacity` (and other `Insufficient*Capacity`), `InternalError`, `ServiceUnavailable`, `Unavailable`, any 5xx, timeouts, resets and other connection failures, unreadable answers | transient |
+//! | `InvalidAMIID.*` | invalid spec on `image` |
+//! | `InvalidInstanceType*`, `Unsupported` about an instance type | invalid spec on `size` |
+//! | `InvalidSubnetID.*`, `InvalidGroup*` / `InvalidSecurityGroupID.*`, `InvalidKeyPair.*`, `InvalidParameterValue` about the instance profile, `InvalidBlockDeviceMapping`, `InvalidUserData.*` | invalid spec on the matching `provider.*` field or `userData` |
+//! | other `InvalidParameter*`, `MissingParameter`, `InvalidRequest` | invalid spec on the field the message names, else `provider` |
+//! | `AuthFailure`, `UnauthorizedOperation`, `InvalidClientTokenId`, `SignatureDoesNotMatch`, `OptInRequired`, `Blocked`, expired tokens, HTTP 401/403 | unauthorized |
+//! | `InstanceLimitExceeded`, `VcpuLimitExceeded`, `MaxSpotInstanceCountExceeded`, `VolumeLimitExceeded`, `*LimitExceeded` | quota exceeded |
+//! | `InvalidInstanceID.NotFound` / `.Malformed` | not found (transient right after create: see [`crate::AwsConfig`]'s consistency window) |
+//! | `IdempotentParameterMismatch`, `IncorrectInstanceState`, `IncorrectState` | conflict |
+//! | anything else | permanent |
+
+use std::time::Duration;
+
+use aws_sdk_ec2::config::http::HttpResponse;
+use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+use machine_core::{Error, ErrorKind};
+
+/// What the SDK reported, reduced to what classification needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Reported {
+    /// The EC2 error code (`InvalidAMIID.NotFound`), when the service answered with one.
+    pub code: Option<String>,
+    /// The service's message.
+    pub message: Option<String>,
+    /// The HTTP status, when there was an answer.
+    pub status: Option<u16>,
+    /// A `Retry-After` header, in seconds.
+    pub retry_after: Option<Duration>,
+    /// No usable answer: a connection failure, a timeout, an unreadable body.
+    pub no_answer: Option<String>,
+}
+
+/// Converts an SDK error from operation `op` (`RunInstances`) into a library error
+/// (for callers of [`crate::AwsProvider::sdk_client`] too),
+/// keeping the SDK error as the source.
+pub fn from_sdk<E>(op: &str, err: SdkError<E, HttpResponse>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let reported = report(&err);
+    classify(op, &reported).with_source(err)
+}
+
+fn report<E>(err: &SdkError<E, HttpResponse>) -> Reported
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let raw = err.raw_response();
+    let status = raw.map(|r| r.status().as_u16());
+    let retry_after = raw
+        .and_then(|r| r.headers().get("retry-after"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let no_answer = match err {
+        SdkError::TimeoutError(_) => Some("the request timed out".to_owned()),
+        SdkError::DispatchFailure(d) => Some(match d.as_connector_error() {
+            Some(c) if c.is_timeout() => "the connection timed out".to_owned(),
+            Some(c) if c.is_io() => {
+                format!("the connection failed: {}", source_chain(c))
+            }
+            Some(c) => format!("the request could not be sent: {}", source_chain(c)),
+            None => "the request could not be sent".to_owned(),
+        }),
+        SdkError::ResponseError(_) => Some(format!(
+            "the answer could not be read: {}",
+            std::error::Error::source(err).map_or_else(String::new, source_chain)
+        )),
+        _ => None,
+    };
+    Reported {
+        code: err.code().map(str::to_owned),
+        message: err.message().map(str::to_owned),
+        status,
+        retry_after,
+        no_answer,
+    }
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+/// Decides the kind (and, for invalid specs, the field) of an EC2 error.
+pub(crate) fn classify(op: &str, r: &Reported) -> Error {
+    let code = r.code.as_deref().unwrap_or("");
+    let message = r.message.as_deref().unwrap_or("");
+    let text = match (&r.code, &r.message, &r.no_answer) {
+        (_, _, Some(why)) => format!("{op}: {why}"),
+        (Some(c), Some(m), _) => format!("{op}: {c}: {m}"),
+        (Some(c), None, _) => format!("{op}: {c}"),
+        (None, _, _) => format!(
+            "{op}: HTTP {} without an EC2 error code",
+            r.status.map_or_else(|| "?".to_owned(), |s| s.to_string())
+        ),
+    };
+    if r.no_answer.is_some() {
+        return Error::transient(text);
+    }
+    let invalid = |field: &str| Error::invalid_spec(field, text.clone());
+    match code {
+        "RequestLimitExceeded"
+        | "Throttling"
+        | "ThrottlingException"
+        | "RequestThrottled"
+        | "RequestThrottledException"
+        | "SlowDown"
+        | "TooManyRequestsException" => Error::throttled(text, r.retry_after),
+        c if c.starts_with("Insufficient") && c.ends_with("Capacity") => Error::transient(text),
+        "InternalError"
+        | "InternalFailure"
+        | "ServiceUnavailable"
+        | "Unavailable"
+        | "RequestTimeout"
+        | "RequestTimeoutException" => Error::transient(text),
+        c if c.starts_with("InvalidAMIID.") => invalid("image"),
+        c if c.starts_with("InvalidInstanceType") => invalid("size"),
+        c if c.starts_with("InvalidSubnetID.") || c == "InvalidSubnet" => {
+            invalid("provider.subnetId")
+        }
+        c if c.starts_with("InvalidGroup") || c.starts_with("InvalidSecurityGroupID.") => {
+            invalid("provider.securityGroupIds")
+        }
+        c if c.starts_with("InvalidKeyPair.") => invalid("provider.keyName"),
+        c if c.starts_with("InvalidUserData.") => invalid("userData"),
+        "InvalidBlockDeviceMapping" => invalid("provider.rootVolume"),
+        "InvalidInstanceID.NotFound" | "InvalidInstanceID.Malformed" | "InvalidInstanceID" => {
+            Error::not_found(text)
+        }
+        "AuthFailure"
+        | "UnauthorizedOperation"
+        | "InvalidClientTokenId"
+        | "SignatureDoesNotMatch"
+        | "OptInRequired"
+        | "Blocked"
+        | "ExpiredToken"
+        | "RequestExpired"
+        | "AccessDenied"
+        | "AccessDeniedException"
+        | "MissingAuthenticationToken"
+        | "PendingVerification" => Error::new(ErrorKind::Unauthorized, text),
+        "IdempotentParameterMismatch" | "IncorrectInstanceState" | "IncorrectState" => {
+            Error::new(ErrorKind::Conflict, text)
+        }
+        c if c.ends_with("LimitExceeded") => Error::new(ErrorKind::QuotaExceeded, text),
+        c if c.starts_with("InvalidParameter")
+            || c == "MissingParameter"
+            || c == "InvalidRequest"
+            || c == "Unsupported" =>
+        {
+            invalid(field_named_in(message))
+        }
+        _ => match r.status {
+            Some(s) if s >= 500 => Error::transient(text),
+            Some(401 | 403) => Error::new(ErrorKind::Unauthorized, text),
+            Some(429) => Error::throttled(text, r.retry_after),
+            _ => Error::permanent(text),
+        },
+    }
+}
+
+/// The spec field an `InvalidParameter*` message is about, guessed from the parameter
+/// names EC2 puts in its messages; `provider` when none is recognised.
+fn field_named_in(message: &str) -> &'static str {
+    let m = message.to_ascii_lowercase();
+    const FIELDS: [(&str, &str); 10] = [
+        ("iaminstanceprofile", "provider.instanceProfile"),
+        ("instance profile", "provider.instanceProfile"),
+        ("instancetype", "size"),
+        ("instance type", "size"),
+        ("imageid", "image"),
+        ("subnet", "provider.subnetId"),
+        ("security group", "provider.securityGroupIds"),
+        ("keyname", "provider.keyName"),
+        ("blockdevice", "provider.rootVolume"),
+        ("userdata", "userData"),
+    ];
+    FIELDS
+        .iter()
+        .find(|(needle, _)| m.contains(needle))
+        .map_or("provider", |(_, field)| field)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(code: &str, status: u16) -> Reported {
+        Reported {
+            code: Some(code.to_owned()),
+            message: Some(format!("{code} happened")),
+            status: Some(status),
+            ..Reported::default()
+        }
+    }
+
+    #[test]
+    fn codes_map_to_the_kinds_the_issue_lists() {
+        let cases: [(&str, u16, ErrorKind); 17] = [
+            ("RequestLimitExceeded", 503, ErrorKind::Throttled),
+            ("Throttling", 400, ErrorKind::Throttled),
+            ("InsufficientInstanceCapacity", 500, ErrorKind::Transient),
+            ("InternalError", 500, ErrorKind::Transient),
+            ("SomethingNew", 502, ErrorKind::Transient),
+            ("InvalidAMIID.NotFound", 400, ErrorKind::InvalidSpec),
+            ("InvalidAMIID.Malformed", 400, ErrorKind::InvalidSpec),
+            ("InvalidParameterValue", 400, ErrorKind::InvalidSpec),
+            ("InvalidInstanceType", 400, ErrorKind::InvalidSpec),
+            ("AuthFailure", 401, ErrorKind::Unauthorized),
+            ("UnauthorizedOperation", 403, ErrorKind::Unauthorized),
+            ("InstanceLimitExceeded", 400, ErrorKind::QuotaExceeded),
+            ("VcpuLimitExceeded", 400, ErrorKind::QuotaExceeded),
+            ("InvalidInstanceID.NotFound", 400, ErrorKind::NotFound),
+            ("IdempotentParameterMismatch", 400, ErrorKind::Conflict),
+            ("IncorrectInstanceState", 400, ErrorKind::Conflict),
+            ("DryRunOperation", 412, ErrorKind::Permanent),
+        ];
+        for (code, status, kind) in cases {
+            let e = classify("RunInstances", &answer(code, status));
+            assert_eq!(e.kind(), kind, "{code}: {e}");
+            assert!(e.to_string().contains(code), "{e}");
+        }
+    }
+
+    #[test]
+    fn invalid_specs_name_the_field() {
+        for (code, message, field) in [
+            (
+                "InvalidAMIID.NotFound",
+                "The image id '[ami-1]' does not exist",
+                "image",
+            ),
+            (
+                "InvalidInstanceType",
+                "The instance type 'x.y' does not exist",
+                "size",
+            ),
+            ("InvalidSubnetID.NotFound", "no subnet", "provider.subnetId"),
+            (
+                "InvalidGroup.NotFound",
+                "no group",
+                "provider.securityGroupIds",
+            ),
+            ("InvalidKeyPair.NotFound", "no key", "provider.keyName"),
+            ("InvalidUserData.Malformed", "bad", "userData"),
+            (
+                "InvalidParameterValue",
+                "Value (x) for parameter iamInstanceProfile.name is invalid",
+                "provider.instanceProfile",
+            ),
+            ("InvalidParameterCombination", "something odd", "provider"),
+        ] {
+            let r = Reported {
+                code: Some(code.into()),
+                message: Some(message.into()),
+                status: Some(400),
+                ..Reported::default()
+            };
+            let e = classify("RunInstances", &r);
+            assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{code}");
+            assert_eq!(e.field(), Some(field), "{code}: {e}");
+        }
+    }
+
+    #[test]
+    fn no_answer_is_transient_and_retry_after_is_kept() {
+        let e = classify(
+            "DescribeInstances",
+            &Reported {
+                no_answer: Some("the connection failed: reset".into()),
+                ..Reported::default()
+            },
+        );
+        assert_eq!(e.kind(), ErrorKind::Transient);
+        assert!(e.to_string().contains("reset"), "{e}");
+        let e = classify(
+            "RunInstances",
+            &Reported {
+                retry_after: Some(Duration::from_secs(3)),
+                ..answer("RequestLimitExceeded", 503)
+            },
+        );
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
+        let e = classify(
+            "RunInstances",
+            &Reported {
+                status: Some(500),
+                ..Reported::default()
+            },
+        );
+        assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    }
+}

@@ -1,0 +1,86 @@
+//! # provider-aws
+//!
+//! EC2 instances as machines: [`AwsProvider`] implements
+//! [`machine_core::MachineProvisioner`] with the official `aws-sdk-ec2`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use machine_core::decorators::Retrying;
+//! use machine_core::{MachineName, MachineProvisioner, MachineSpec, RetryPolicy};
+//! use provider_aws::{AwsConfig, AwsProvider};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> machine_core::Result<()> {
+//! let config = AwsConfig::from_env()          // AWS_REGION, AWS_ENDPOINT_URL, ...
+//!     .owner("ci-cluster")
+//!     .image("ami-0123456789abcdef0")
+//!     .build()?;
+//! let provider = Retrying::new(AwsProvider::new(config).await?, RetryPolicy::default());
+//! let spec = MachineSpec::new(MachineName::new("web-1")?)
+//!     .with_size("t3.small")
+//!     .with_provider(serde_json::json!({"subnetId": "subnet-0a1b2c3d4e5f60718"}));
+//! let machine = provider.create(&spec, None).await?;
+//! println!("{} is {}", machine.provider_id, machine.phase);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Rooms
+//! [`config`] (how to reach EC2, defaults), [`settings`] (per-machine settings from
+//! `MachineSpec::provider`), `client` (the SDK calls, DescribeInstances paged by
+//! `NextToken`), [`provider`] (the trait), [`errors`] (EC2 codes to
+//! [`machine_core::ErrorKind`]), [`hostkeys`] (host keys from the console), [`tags`]
+//! (how machines are marked and found), [`instance`] (an instance as a machine).
+//!
+//! ## Identity and idempotency
+//! Every instance is tagged with its name (`Name`), the owner and the library's marker
+//! (see [`tags`]); its volumes get the same tags. `create` first looks the name up by
+//! those tags among instances that are not terminated, and returns what it finds: a
+//! second create, or a create by a new process after a crash, adopts the machine.
+//! Only when there is none does it call RunInstances, with a `ClientToken` derived
+//! from owner, name, image, type, settings, tags and user data, so real EC2 answers a
+//! repeated launch with the first instance even while its eventually consistent
+//! DescribeInstances cannot show it yet. moto ignores ClientToken; the tag lookup
+//! carries idempotency there alone. Provider IDs are `aws:///<zone>/<instance-id>`.
+//!
+//! ## Retries: one layer decides
+//! The SDK makes **one attempt per API call** (its standard retry mode with
+//! `max_attempts = 1`, [`AwsConfigBuilder::sdk_max_attempts`]), and every retry is
+//! decided above the provider, by [`machine_core::decorators::Retrying`] (outermost)
+//! and the composer's own loop, from the [`machine_core::ErrorKind`] that [`errors`]
+//! assigns. Why this way round and not the SDK's retries:
+//! - retries at two levels multiply (3 SDK attempts under 6 decorator attempts are 18
+//!   requests against a throttling API);
+//! - a retried `create` re-runs the tag lookup before launching again, so a
+//!   RunInstances whose answer was lost is adopted, not repeated; the SDK would resend
+//!   RunInstances blind, which duplicates the instance wherever ClientToken is not
+//!   honoured (moto; or after the token's terms change);
+//! - `InvalidInstanceID.NotFound` right after create is worth retrying only for ids
+//!   this provider just made, which the SDK cannot know
+//!   ([`AwsConfigBuilder::consistency_window`]);
+//! - one [`machine_core::RetryPolicy`] governs every provider of the project, with
+//!   jitter and the throttling hint (`retry_after`) honoured.
+//!
+//! A caller that does not wrap the provider in `Retrying` may raise
+//! `sdk_max_attempts` instead; it must not do both.
+//!
+//! ## Limits checked before any call
+//! User data over 16,384 bytes (counted before base64, as EC2 counts; gzip-compressed
+//! data counts compressed), a missing or malformed image, instance type, subnet or
+//! security group id, a malformed instance profile or root volume, and tags over EC2's
+//! limits (50 per resource, keys of 128 and values of 256 characters) are invalid-spec
+//! errors naming the field, before any request is sent.
+
+pub mod config;
+pub mod errors;
+pub mod hostkeys;
+pub mod instance;
+pub mod provider;
+pub mod settings;
+pub mod tags;
+
+mod client;
+
+pub use config::{AwsConfig, AwsConfigBuilder, CredentialSource, DEFAULT_INSTANCE_TYPE};
+pub use provider::{AwsProvider, USER_DATA_LIMIT};
+pub use settings::{Ec2Settings, RootVolume};

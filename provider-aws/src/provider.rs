@@ -1,0 +1,629 @@
+//! [`AwsProvider`]: the [`MachineProvisioner`] for EC2.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::Instance;
+use machine_core::{
+    Capabilities, ContentEncoding, Error, ErrorKind, Labels, Machine, MachineName,
+    MachineProvisioner, MachineSpec, PowerOp, PowerOperations, ProviderId, Result, SizeBasis,
+    UserData, UserDataDelivery, UserDataFormat,
+};
+use sha2::{Digest, Sha256};
+
+use crate::client::{Ec2, Launch, filter};
+use crate::config::AwsConfig;
+use crate::hostkeys::parse_host_keys;
+use crate::instance::{instance_id, is_gone_or_going, is_owned_by, to_machine};
+use crate::settings::{self, Ec2Settings};
+use crate::tags::{self, MANAGED_TAG, NAME_TAG, OWNER_TAG};
+
+/// EC2's user-data limit: 16 KiB of raw bytes, before base64.
+pub const USER_DATA_LIMIT: usize = 16 * 1024;
+
+/// How often `get` looks at a running machine's console for host keys until it finds them.
+const HOST_KEY_RECHECK: Duration = Duration::from_secs(15);
+
+/// How many ClientToken generations `create` tries when EC2 answers with an instance
+/// that an earlier machine of the same name and spec left terminated.
+const MAX_TOKEN_GENERATIONS: u32 = 8;
+
+/// Instance states a live machine can be in (terminated ones do not count).
+const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
+
+/// Creates, finds and deletes EC2 instances as machines. See the [crate docs](crate)
+/// for tags, idempotency and retries.
+pub struct AwsProvider {
+    config: AwsConfig,
+    ec2: Ec2,
+    capabilities: Capabilities,
+    /// Instances this provider created lately, for EC2's eventual consistency: a
+    /// not-found about one of them is transient.
+    recent: Mutex<HashMap<String, Instant>>,
+    /// Host keys read from consoles, and when each console was last read.
+    host_keys: Mutex<HashMap<String, (Vec<String>, Instant)>>,
+}
+
+impl AwsProvider {
+    /// A provider for `config`. Builds the SDK client (reading the environment and
+    /// shared config files for the standard credential chain) without calling EC2.
+    pub async fn new(config: AwsConfig) -> Result<Self> {
+        let ec2 = Ec2::connect(&config).await?;
+        let capabilities = Capabilities {
+            user_data: Some(UserDataDelivery {
+                max_bytes: USER_DATA_LIMIT,
+                size_basis: SizeBasis::Raw,
+                gzip: true,
+                // EC2 passes user data through untouched; what runs it is the image's
+                // agent: cloud-init, Ignition (Fedora CoreOS, Flatcar), EC2Launch (PowerShell).
+                formats: vec![
+                    UserDataFormat::CloudConfig,
+                    UserDataFormat::ShellScript,
+                    UserDataFormat::CloudBoothook,
+                    UserDataFormat::Jinja2,
+                    UserDataFormat::Mime,
+                    UserDataFormat::Ignition,
+                    UserDataFormat::PowerShell,
+                    UserDataFormat::Raw,
+                ],
+            }),
+            power: PowerOperations {
+                start: true,
+                stop: true,
+                reboot: true,
+            },
+            console_output: true,
+            host_key_discovery: config.host_key_discovery,
+        };
+        Ok(AwsProvider {
+            config,
+            ec2,
+            capabilities,
+            recent: Mutex::new(HashMap::new()),
+            host_keys: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AwsConfig {
+        &self.config
+    }
+
+    /// The SDK client, for EC2 calls this crate does not wrap.
+    pub fn sdk_client(&self) -> &aws_sdk_ec2::Client {
+        self.ec2.sdk()
+    }
+
+    /// Every instance with the marker and this owner's tag, in any state (terminated
+    /// ones included, while EC2 still lists them). For audits and tests: it shows what
+    /// `list` hides.
+    pub async fn owned_instances(&self) -> Result<Vec<Instance>> {
+        self.ec2
+            .describe(
+                &[],
+                &[
+                    filter(&format!("tag:{MANAGED_TAG}"), &["true"]),
+                    filter(&format!("tag:{OWNER_TAG}"), &[self.config.owner.as_str()]),
+                ],
+            )
+            .await
+    }
+
+    fn default_ssh_user(&self) -> Option<&str> {
+        self.config.defaults.ssh_user.as_deref()
+    }
+
+    fn remember_created(&self, id: &str) {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let window = self.config.consistency_window;
+        recent.retain(|_, at| at.elapsed() < window);
+        recent.insert(id.to_owned(), Instant::now());
+    }
+
+    fn created_lately(&self, id: &str) -> bool {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent
+            .get(id)
+            .is_some_and(|at| at.elapsed() < self.config.consistency_window)
+    }
+
+    /// A not-found about `id` is transient within the consistency window after this
+    /// provider created it: EC2 may not know the new id everywhere yet.
+    fn not_found(&self, id: &str, e: Option<Error>) -> Error {
+        let message = format!("instance {id} does not exist");
+        if self.created_lately(id) {
+            let e = Error::transient(format!(
+                "{message} yet: created moments ago, EC2 is eventually consistent"
+            ));
+            return e;
+        }
+        match e {
+            Some(e) => Error::not_found(message).with_source(e),
+            None => Error::not_found(message),
+        }
+    }
+
+    /// What EC2 says about instance `id`.
+    async fn lookup(&self, id: &ProviderId) -> Result<Lookup> {
+        let iid = instance_id(id)?;
+        let found = match self.ec2.describe(&[iid], &[]).await {
+            Ok(found) => found,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Lookup::Missing(Some(e))),
+            Err(e) => return Err(e),
+        };
+        Ok(
+            match found.into_iter().find(|i| i.instance_id() == Some(iid)) {
+                None => Lookup::Missing(None),
+                Some(inst) if is_owned_by(&inst, &self.config.owner) => {
+                    Lookup::Owned(Box::new(inst))
+                }
+                Some(_) => Lookup::Foreign,
+            },
+        )
+    }
+
+    /// The owned instance `id`, or a not-found error (transient right after create).
+    async fn owned(&self, id: &ProviderId) -> Result<Instance> {
+        match self.lookup(id).await? {
+            Lookup::Owned(inst) => Ok(*inst),
+            Lookup::Missing(e) => Err(self.not_found(instance_id(id)?, e)),
+            Lookup::Foreign => Err(self.foreign(id, ErrorKind::NotFound)),
+        }
+    }
+
+    fn foreign(&self, id: &ProviderId, kind: ErrorKind) -> Error {
+        Error::new(
+            kind,
+            format!(
+                "{id} is not a machine of owner {:?} (it lacks the owner or marker tag)",
+                self.config.owner
+            ),
+        )
+    }
+
+    /// Deleting what does not exist succeeds, unless it was created moments ago.
+    fn gone(&self, iid: &str, e: Option<Error>) -> Result<()> {
+        match self.not_found(iid, e) {
+            e if e.kind() == ErrorKind::NotFound => Ok(()),
+            e => Err(e),
+        }
+    }
+
+    /// The live (not terminated) owned instances named `name`, oldest first.
+    async fn by_name(&self, name: &MachineName) -> Result<Vec<Instance>> {
+        let mut found = self
+            .ec2
+            .describe(
+                &[],
+                &[
+                    filter(&format!("tag:{NAME_TAG}"), &[name.as_str()]),
+                    filter(&format!("tag:{OWNER_TAG}"), &[self.config.owner.as_str()]),
+                    filter(&format!("tag:{MANAGED_TAG}"), &["true"]),
+                    filter("instance-state-name", &LIVE_STATES),
+                ],
+            )
+            .await?;
+        found.retain(|i| is_owned_by(i, &self.config.owner));
+        // Oldest first, so that every replica picks the same one if a race ever made two.
+        found.sort_by(|a, b| {
+            let key = |i: &Instance| {
+                (
+                    i.launch_time().map(|t| (t.secs(), t.subsec_nanos())),
+                    i.instance_id().map(str::to_owned),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        Ok(found)
+    }
+
+    /// The machine of `inst`, with host keys when discovery is on and it runs.
+    async fn machine(&self, inst: &Instance, read_console: bool) -> Result<Machine> {
+        let mut m = to_machine(inst, self.default_ssh_user())?;
+        let Some(iid) = inst.instance_id() else {
+            return Ok(m);
+        };
+        if is_gone_or_going(inst) {
+            self.host_keys
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(iid);
+            return Ok(m);
+        }
+        if !self.config.host_key_discovery || !m.phase.is_running() {
+            return Ok(m);
+        }
+        let cached = self
+            .host_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(iid)
+            .cloned();
+        let stale = match &cached {
+            Some((keys, _)) if !keys.is_empty() => false,
+            Some((_, at)) => at.elapsed() >= HOST_KEY_RECHECK,
+            None => true,
+        };
+        let keys = if stale && read_console {
+            match self.ec2.console_output(iid).await {
+                Ok(console) => {
+                    let keys = console.as_deref().map(parse_host_keys).unwrap_or_default();
+                    self.host_keys
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(iid.to_owned(), (keys.clone(), Instant::now()));
+                    keys
+                }
+                Err(e) => {
+                    // Host keys are a bonus: a failed console read must not fail `get`.
+                    tracing::debug!(instance = iid, error = %e, "console output unavailable");
+                    cached.map(|(k, _)| k).unwrap_or_default()
+                }
+            }
+        } else {
+            cached.map(|(k, _)| k).unwrap_or_default()
+        };
+        m.access.host_keys = keys;
+        Ok(m)
+    }
+
+    fn check_user_data(&self, ud: &UserData) -> Result<()> {
+        let Some(delivery) = &self.capabilities.user_data else {
+            return Err(Error::invalid_spec(
+                "userData",
+                "user data is not supported",
+            ));
+        };
+        if !delivery.formats.contains(&ud.format) {
+            return Err(Error::invalid_spec(
+                "userData",
+                format!("format {:?} is not accepted", ud.format),
+            ));
+        }
+        let counted = delivery.size_basis.counted(ud.bytes.len());
+        if counted > delivery.max_bytes {
+            return Err(Error::invalid_spec(
+                "userData",
+                format!(
+                    "{counted} bytes{} exceed EC2's limit of {} bytes (counted before base64)",
+                    if ud.encoding == ContentEncoding::Gzip {
+                        " of gzip"
+                    } else {
+                        ""
+                    },
+                    delivery.max_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What EC2 says about one instance id.
+enum Lookup {
+    /// A machine of this owner.
+    Owned(Box<Instance>),
+    /// No such instance (with EC2's error, when it gave one).
+    Missing(Option<Error>),
+    /// An instance without this owner's tags.
+    Foreign,
+}
+
+/// Everything `create` decided before its first call.
+struct Plan {
+    image: String,
+    instance_type: String,
+    settings: Ec2Settings,
+    tags: Vec<(String, String)>,
+    token_base: String,
+}
+
+impl AwsProvider {
+    /// Checks the spec and user data and works out the launch, without any call.
+    fn plan(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Plan> {
+        spec.validate()?;
+        let settings =
+            Ec2Settings::from_spec_value(&spec.provider)?.or_defaults(&self.config.defaults);
+        let image = match spec.image.as_deref().or(self.config.image.as_deref()) {
+            Some(image) => image.to_owned(),
+            None => {
+                return Err(Error::invalid_spec(
+                    "image",
+                    "no image: set the spec's image or the provider's default image",
+                ));
+            }
+        };
+        settings::check_image(&image)?;
+        let instance_type = spec
+            .size
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| self.config.instance_type.clone());
+        settings::check_instance_type(&instance_type)?;
+        if let Some(ud) = user_data {
+            self.check_user_data(ud)?;
+        }
+        if image.starts_with("resolve:ssm:")
+            && settings
+                .root_volume
+                .as_ref()
+                .is_some_and(|r| r.device_name.is_none())
+        {
+            return Err(Error::invalid_spec(
+                "provider.rootVolume.deviceName",
+                "is required with a resolve:ssm: image, whose root device cannot be looked up",
+            ));
+        }
+        let ssh_user = spec
+            .ssh
+            .as_ref()
+            .map(|s| s.user.as_str())
+            .or(settings.ssh_user.as_deref());
+        let tags = tags::machine_tags(spec, &self.config.owner, ssh_user, &settings.tags)?;
+
+        // The ClientToken: the same machine (owner, name, launch, user data) always asks
+        // with the same token, so real EC2 returns the first instance to a repeated
+        // RunInstances even when the tag lookup cannot see it yet.
+        let mut h = Sha256::new();
+        for part in [
+            self.config.owner.as_str(),
+            spec.name.as_str(),
+            image.as_str(),
+            instance_type.as_str(),
+        ] {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        h.update(serde_json::to_vec(&settings).unwrap_or_default());
+        h.update([0]);
+        for (k, v) in &tags {
+            h.update(k.as_bytes());
+            h.update([1]);
+            h.update(v.as_bytes());
+            h.update([0]);
+        }
+        if let Some(ud) = user_data {
+            h.update(&ud.bytes);
+        }
+        let token_base: String = h.finalize()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Ok(Plan {
+            image,
+            instance_type,
+            settings,
+            tags,
+            token_base,
+        })
+    }
+}
+
+impl fmt::Display for AwsProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "aws(region={}, owner={})",
+            self.config.region, self.config.owner
+        )
+    }
+}
+
+impl fmt::Debug for AwsProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AwsProvider")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl MachineProvisioner for AwsProvider {
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    /// Checks everything it can before any call (spec, settings, image and type form,
+    /// tags, user data size), then looks the name up by tags and returns a live
+    /// instance it finds (adoption). Otherwise it launches one with RunInstances and a
+    /// ClientToken derived from the machine; if EC2 answers with an instance an earlier
+    /// machine of the same name and spec left terminated, it asks again with the token's
+    /// next generation.
+    async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
+        let plan = self.plan(spec, user_data)?;
+        if let Some(existing) = self.by_name(&spec.name).await?.first() {
+            tracing::debug!(machine = %spec.name, instance = existing.instance_id(), "adopting");
+            return self.machine(existing, false).await;
+        }
+        let root_device = match &plan.settings.root_volume {
+            Some(root) => Some(match &root.device_name {
+                Some(d) => d.clone(),
+                None => self.ec2.root_device_name(&plan.image).await?,
+            }),
+            None => None,
+        };
+        for generation in 0..MAX_TOKEN_GENERATIONS {
+            let token = format!("{}-g{generation}", plan.token_base);
+            let launch = Launch {
+                image: &plan.image,
+                instance_type: &plan.instance_type,
+                settings: &plan.settings,
+                root_device: root_device.as_deref(),
+                user_data: user_data.map(|u| u.bytes.as_slice()),
+                tags: &plan.tags,
+                client_token: &token,
+            };
+            let inst = self.ec2.run_instance(&launch).await?;
+            if let Some(iid) = inst.instance_id() {
+                self.remember_created(iid);
+            }
+            if is_gone_or_going(&inst) {
+                tracing::debug!(machine = %spec.name, token, "client token names a terminated instance; next generation");
+                continue;
+            }
+            tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
+            return self.machine(&inst, false).await;
+        }
+        Err(Error::permanent(format!(
+            "RunInstances kept answering with terminated instances for {} client token generations",
+            MAX_TOKEN_GENERATIONS
+        )))
+    }
+
+    async fn get(&self, id: &ProviderId) -> Result<Machine> {
+        let inst = self.owned(id).await?;
+        self.machine(&inst, true).await
+    }
+
+    async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
+        match self.by_name(name).await?.first() {
+            Some(inst) => self.machine(inst, true).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn list(&self, selector: &Labels) -> Result<Vec<Machine>> {
+        let mut filters = vec![
+            filter(&format!("tag:{OWNER_TAG}"), &[self.config.owner.as_str()]),
+            filter(&format!("tag:{MANAGED_TAG}"), &["true"]),
+            filter("instance-state-name", &LIVE_STATES),
+        ];
+        for (k, v) in selector {
+            filters.push(filter(
+                &format!("tag:{}", tags::label_tag(k)),
+                &[v.as_str()],
+            ));
+        }
+        let found = self.ec2.describe(&[], &filters).await?;
+        let mut out = Vec::with_capacity(found.len());
+        for inst in found.iter().filter(|i| is_owned_by(i, &self.config.owner)) {
+            let m = self.machine(inst, false).await?;
+            // Filters select already; checking again keeps a lax server honest.
+            if selector.iter().all(|(k, v)| m.labels.get(k) == Some(v)) {
+                out.push(m);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name).then(a.provider_id.cmp(&b.provider_id)));
+        Ok(out)
+    }
+
+    /// Terminates the instance unless it is already terminated or shutting down.
+    /// Succeeds for an unknown id, except right after this provider created it (then
+    /// the not-found is transient, so a retry terminates it once EC2 knows it). Refuses,
+    /// with a not-found error, to touch an instance of another owner.
+    async fn delete(&self, id: &ProviderId) -> Result<()> {
+        let iid = instance_id(id)?;
+        let inst = match self.lookup(id).await? {
+            Lookup::Owned(inst) => inst,
+            Lookup::Missing(e) => return self.gone(iid, e),
+            // Someone else's instance is not ours to terminate.
+            Lookup::Foreign => return Err(self.foreign(id, ErrorKind::Conflict)),
+        };
+        if is_gone_or_going(&inst) {
+            return Ok(());
+        }
+        match self.ec2.terminate(iid).await {
+            Err(e) if e.kind() == ErrorKind::NotFound => self.gone(iid, Some(e)),
+            other => other,
+        }
+    }
+
+    async fn user_data(&self, id: &ProviderId) -> Result<Option<UserData>> {
+        self.owned(id).await?;
+        let Some(bytes) = self.ec2.user_data(instance_id(id)?).await? else {
+            return Ok(None);
+        };
+        Ok(Some(sniff(bytes)))
+    }
+
+    async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
+        self.owned(id).await?;
+        let iid = instance_id(id)?;
+        match op {
+            PowerOp::Start => self.ec2.start(iid).await,
+            PowerOp::Stop => self.ec2.stop(iid).await,
+            PowerOp::Reboot => self.ec2.reboot(iid).await,
+        }
+    }
+
+    async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {
+        self.owned(id).await?;
+        self.ec2.console_output(instance_id(id)?).await
+    }
+}
+
+/// User data read back from EC2, with its compression and format recognised from the
+/// bytes (EC2 keeps neither).
+fn sniff(bytes: Vec<u8>) -> UserData {
+    let gzip = bytes.starts_with(&[0x1f, 0x8b]);
+    let mut ud = UserData {
+        format: UserDataFormat::Raw,
+        encoding: if gzip {
+            ContentEncoding::Gzip
+        } else {
+            ContentEncoding::Identity
+        },
+        bytes,
+    };
+    let plain = ud.decoded().unwrap_or_default();
+    let head = String::from_utf8_lossy(&plain[..plain.len().min(256)]).into_owned();
+    let lower = head.to_ascii_lowercase();
+    ud.format = if head.starts_with("#cloud-config") {
+        UserDataFormat::CloudConfig
+    } else if head.starts_with("#cloud-boothook") {
+        UserDataFormat::CloudBoothook
+    } else if head.starts_with("## template: jinja") {
+        UserDataFormat::Jinja2
+    } else if head.starts_with("#!") {
+        UserDataFormat::ShellScript
+    } else if lower.contains("content-type: multipart/") {
+        UserDataFormat::Mime
+    } else if lower.trim_start().starts_with("<powershell>")
+        || lower.trim_start().starts_with("<script>")
+    {
+        UserDataFormat::PowerShell
+    } else if head.trim_start().starts_with('{') && head.contains("\"ignition\"") {
+        UserDataFormat::Ignition
+    } else {
+        UserDataFormat::Raw
+    };
+    ud
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_back_user_data_is_recognised() {
+        for (text, format) in [
+            ("#cloud-config\n{}\n", UserDataFormat::CloudConfig),
+            ("#!/bin/sh\necho\n", UserDataFormat::ShellScript),
+            (
+                "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=x\n",
+                UserDataFormat::Mime,
+            ),
+            (
+                "<powershell>\nGet-Date\n</powershell>",
+                UserDataFormat::PowerShell,
+            ),
+            (
+                "{\"ignition\": {\"version\": \"3.4.0\"}}",
+                UserDataFormat::Ignition,
+            ),
+            ("hello", UserDataFormat::Raw),
+        ] {
+            let ud = sniff(text.as_bytes().to_vec());
+            assert_eq!(ud.format, format, "{text:?}");
+            assert_eq!(ud.encoding, ContentEncoding::Identity);
+        }
+        let gz = machine_core::user_data::gzip(b"#cloud-config\nruncmd: []\n");
+        let ud = sniff(gz);
+        assert_eq!(ud.encoding, ContentEncoding::Gzip);
+        assert_eq!(ud.format, UserDataFormat::CloudConfig);
+        assert_eq!(ud.decoded().unwrap(), b"#cloud-config\nruncmd: []\n");
+    }
+}

@@ -1,0 +1,267 @@
+//! A fault-injecting HTTP proxy between the SDK and moto, for the faults moto cannot
+//! make: throttling (503 `RequestLimitExceeded`), 500s, dropped connections before or
+//! after moto answered (a lost response), slow answers, and scripted EC2 errors for
+//! one action (`InvalidInstanceID.NotFound` right after a create, as eventually
+//! consistent EC2 answers). Everything else is forwarded to the real moto untouched.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+/// Shares of requests (0.0 to 1.0 each, drawn in this order) that get a fault.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Answered 503 `RequestLimitExceeded` without reaching moto.
+    pub throttle: f64,
+    /// Answered 500 `InternalError` without reaching moto.
+    pub server_error: f64,
+    /// Connection closed without an answer, before reaching moto.
+    pub drop_before: f64,
+    /// Forwarded to moto, then the connection is closed instead of answering: the
+    /// request took effect but the client never learns it.
+    pub drop_after: f64,
+    /// Delayed by [`Faults::delay_for`] before being forwarded.
+    pub delay: f64,
+    /// How long a delayed request waits.
+    pub delay_for: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    Throttle,
+    ServerError,
+    DropBefore,
+    DropAfter,
+    Delay,
+}
+
+struct Script {
+    action: String,
+    status: u16,
+    code: String,
+    times: usize,
+}
+
+struct State {
+    upstream: String,
+    client: Client<HttpConnector, Full<Bytes>>,
+    faults: Mutex<Faults>,
+    rng: Mutex<fastrand::Rng>,
+    scripts: Mutex<Vec<Script>>,
+    seen: Mutex<HashMap<String, usize>>,
+    forwarded: Mutex<HashMap<String, usize>>,
+    injected: AtomicU64,
+}
+
+/// The proxy; stops accepting when dropped.
+pub struct FaultProxy {
+    /// `http://127.0.0.1:<port>`: give this to the provider as its endpoint.
+    pub endpoint: String,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy to `upstream` (`127.0.0.1:<port>`) with `faults`; needs a tokio
+    /// runtime. `seed` makes the draws repeatable.
+    pub async fn start(upstream: std::net::SocketAddr, faults: Faults, seed: u64) -> FaultProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding a loopback port");
+        let endpoint = format!("http://{}", listener.local_addr().expect("local addr"));
+        let state = Arc::new(State {
+            upstream: upstream.to_string(),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            faults: Mutex::new(faults),
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            scripts: Mutex::new(Vec::new()),
+            seen: Mutex::new(HashMap::new()),
+            forwarded: Mutex::new(HashMap::new()),
+            injected: AtomicU64::new(0),
+        });
+        let st = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| handle(st.clone(), req));
+                    // An injected drop ends the connection with an error: expected.
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        FaultProxy {
+            endpoint,
+            state,
+            task,
+        }
+    }
+
+    /// Replaces the fault rates (zero them to let everything through).
+    pub fn set_faults(&self, faults: Faults) {
+        *self.state.faults.lock().unwrap() = faults;
+    }
+
+    /// Answers the next `times` requests of `action` with HTTP `status` and EC2 error
+    /// `code`, without reaching moto. Scripts win over random faults.
+    pub fn script(&self, action: &str, status: u16, code: &str, times: usize) {
+        self.state.scripts.lock().unwrap().push(Script {
+            action: action.to_owned(),
+            status,
+            code: code.to_owned(),
+            times,
+        });
+    }
+
+    /// Forgets every script, used up or not.
+    pub fn clear_scripts(&self) {
+        self.state.scripts.lock().unwrap().clear();
+    }
+
+    /// Requests of `action` received, whatever became of them.
+    pub fn seen(&self, action: &str) -> usize {
+        self.state
+            .seen
+            .lock()
+            .unwrap()
+            .get(action)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Requests of `action` that reached moto.
+    pub fn forwarded(&self, action: &str) -> usize {
+        self.state
+            .forwarded
+            .lock()
+            .unwrap()
+            .get(action)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Requests received in all.
+    pub fn total_seen(&self) -> usize {
+        self.state.seen.lock().unwrap().values().sum()
+    }
+
+    /// Faults injected so far (scripted ones included).
+    pub fn injected(&self) -> u64 {
+        self.state.injected.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl State {
+    fn draw(&self) -> Fault {
+        let f = self.faults.lock().unwrap().clone();
+        let mut rng = self.rng.lock().unwrap();
+        for (rate, fault) in [
+            (f.throttle, Fault::Throttle),
+            (f.server_error, Fault::ServerError),
+            (f.drop_before, Fault::DropBefore),
+            (f.drop_after, Fault::DropAfter),
+            (f.delay, Fault::Delay),
+        ] {
+            if rng.f64() < rate {
+                return fault;
+            }
+        }
+        Fault::None
+    }
+
+    fn scripted(&self, action: &str) -> Option<(u16, String)> {
+        let mut scripts = self.scripts.lock().unwrap();
+        let s = scripts
+            .iter_mut()
+            .find(|s| s.action == action && s.times > 0)?;
+        s.times -= 1;
+        Some((s.status, s.code.clone()))
+    }
+}
+
+fn form_value<'a>(body: &'a [u8], key: &str) -> Option<&'a str> {
+    std::str::from_utf8(body).ok()?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == key).then_some(v)
+    })
+}
+
+fn ec2_error(status: u16, code: &str) -> Response<Full<Bytes>> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
+         <Message>{code} (injected by the test proxy)</Message></Error></Errors>\
+         <RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+    );
+    Response::builder()
+        .status(status)
+        .header("content-type", "text/xml;charset=UTF-8")
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid response")
+}
+
+async fn handle(
+    st: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, io::Error> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
+    let action = form_value(&body, "Action").unwrap_or("").to_owned();
+    *st.seen.lock().unwrap().entry(action.clone()).or_default() += 1;
+
+    if let Some((status, code)) = st.scripted(&action) {
+        st.injected.fetch_add(1, Ordering::SeqCst);
+        return Ok(ec2_error(status, &code));
+    }
+    let fault = st.draw();
+    if fault != Fault::None {
+        st.injected.fetch_add(1, Ordering::SeqCst);
+    }
+    match fault {
+        Fault::Throttle => return Ok(ec2_error(503, "RequestLimitExceeded")),
+        Fault::ServerError => return Ok(ec2_error(500, "InternalError")),
+        Fault::DropBefore => return Err(io::Error::other("injected: connection dropped")),
+        Fault::Delay => {
+            let d = st.faults.lock().unwrap().delay_for;
+            tokio::time::sleep(d).await;
+        }
+        Fault::None | Fault::DropAfter => {}
+    }
+
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut forward = Request::builder()
+        .method(parts.method.clone())
+        .uri(format!("http://{}{path}", st.upstream));
+    for (k, v) in &parts.headers {
+        forward = forward.header(k, v);
+    }
+    let forward = forward.body(Full::new(body)).map_err(io::Error::other)?;
+    let answer = st.client.request(forward).await.map_err(io::Error::other)?;
+    let (rparts, rbody) = answer.into_parts();
+    let rbody = rbody.collect().await.map_err(io::Error::other)?.to_bytes();
+    *st.forwarded.lock().unwrap().entry(action).or_default() += 1;
+    if fault == Fault::DropAfter {
+        return Err(io::Error::other("injected: answer lost"));
+    }
+    Ok(Response::from_parts(rparts, Full::new(rbody)))
+}

@@ -1,0 +1,308 @@
+//! Faults moto cannot make, from the fault-injecting proxy in front of it: a fleet of
+//! 50 converges through throttling, 5xx, dropped connections and slow answers with no
+//! duplicate and no leak; EC2 error codes reach callers with the right kind through the
+//! real SDK; retries never multiply; eventual consistency right after create is retried.
+
+mod common;
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use machine_core::decorators::Retrying;
+use machine_core::{
+    CancellationToken, Composer, ComposerSettings, Deadlines, ErrorKind, Labels,
+    MachineProvisioner, Phase, RetryPolicy,
+};
+
+use common::Moto;
+use common::proxy::{FaultProxy, Faults};
+
+fn quick_retries(max_retries: usize) -> RetryPolicy {
+    RetryPolicy {
+        max_retries,
+        initial_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(500),
+        factor: 2.0,
+        jitter: true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_of_50_converges_through_faults_without_duplicates_or_leaks() {
+    let moto = Moto::start();
+    let faults = Faults {
+        throttle: 0.08,
+        server_error: 0.05,
+        drop_before: 0.04,
+        drop_after: 0.04,
+        delay: 0.02,
+        delay_for: Duration::from_secs(2),
+    };
+    let proxy = FaultProxy::start(moto.addr, faults, 5).await;
+    let owner = common::owner("fleet");
+    let provider = Retrying::new(
+        common::provider(&proxy.endpoint, &owner).await,
+        quick_retries(8),
+    );
+    let settings = ComposerSettings {
+        poll_interval: Duration::from_millis(200),
+        deadlines: Deadlines {
+            create: Duration::from_secs(120),
+            boot: Duration::from_secs(120),
+            bootstrap: Duration::from_secs(60),
+            delete: Duration::from_secs(120),
+        },
+        ..ComposerSettings::default()
+    };
+    let composer = Composer::builder(Arc::new(provider))
+        .settings(settings)
+        .build()
+        .unwrap();
+    let specs: Vec<_> = (0..50)
+        .map(|i| common::spec(&format!("fleet-{i:02}")).with_label("fleet", "f50"))
+        .collect();
+    let cancel = CancellationToken::new();
+    let results = composer
+        .provision_fleet(&specs, NonZeroUsize::new(16).unwrap(), &cancel)
+        .await
+        .unwrap();
+    for r in &results {
+        let done = r
+            .outcome
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{}: {e}", r.name));
+        assert_eq!(done.machine.phase, Phase::Ready);
+    }
+    assert!(
+        proxy.injected() >= 10,
+        "only {} faults injected",
+        proxy.injected()
+    );
+
+    // Judge by moto itself, past the proxy: every instance this owner ever launched.
+    let direct = common::provider(&moto.endpoint, &owner).await;
+    let launched = direct.owned_instances().await.unwrap();
+    let mut names: Vec<String> = launched
+        .iter()
+        .flat_map(|i| i.tags())
+        .filter(|t| t.key() == Some("Name"))
+        .filter_map(|t| t.value().map(str::to_owned))
+        .collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 50, "machines missing");
+    assert_eq!(
+        launched.len(),
+        50,
+        "{} instances launched for 50 machines: duplicates",
+        launched.len()
+    );
+
+    let all: Vec<_> = specs.iter().map(|s| s.name.clone()).collect();
+    for (name, r) in composer
+        .deprovision_fleet(&all, NonZeroUsize::new(16).unwrap(), &cancel)
+        .await
+    {
+        r.unwrap_or_else(|e| panic!("deprovision {name}: {e}"));
+    }
+    assert!(
+        direct.list(&Labels::new()).await.unwrap().is_empty(),
+        "machines leaked"
+    );
+    let states: Vec<_> = direct
+        .owned_instances()
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| {
+            i.state()
+                .and_then(|s| s.name())
+                .map(|n| n.as_str().to_owned())
+        })
+        .collect();
+    assert!(
+        states.iter().all(|s| s.as_deref() == Some("terminated")),
+        "not all terminated: {states:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec2_error_codes_reach_callers_with_their_kinds() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 1).await;
+    let p = common::provider(&proxy.endpoint, &common::owner("codes")).await;
+    let spec = common::spec("codes-1");
+    for (status, code, kind, field) in [
+        (503, "RequestLimitExceeded", ErrorKind::Throttled, None),
+        (400, "Throttling", ErrorKind::Throttled, None),
+        (
+            500,
+            "InsufficientInstanceCapacity",
+            ErrorKind::Transient,
+            None,
+        ),
+        (500, "InternalError", ErrorKind::Transient, None),
+        (503, "Unavailable", ErrorKind::Transient, None),
+        (401, "AuthFailure", ErrorKind::Unauthorized, None),
+        (403, "UnauthorizedOperation", ErrorKind::Unauthorized, None),
+        (400, "InstanceLimitExceeded", ErrorKind::QuotaExceeded, None),
+        (400, "VcpuLimitExceeded", ErrorKind::QuotaExceeded, None),
+        (
+            400,
+            "InvalidAMIID.NotFound",
+            ErrorKind::InvalidSpec,
+            Some("image"),
+        ),
+        (
+            400,
+            "InvalidInstanceType",
+            ErrorKind::InvalidSpec,
+            Some("size"),
+        ),
+        (
+            400,
+            "InvalidSubnetID.NotFound",
+            ErrorKind::InvalidSpec,
+            Some("provider.subnetId"),
+        ),
+        (
+            400,
+            "InvalidParameterValue",
+            ErrorKind::InvalidSpec,
+            Some("provider"),
+        ),
+        (
+            400,
+            "IdempotentParameterMismatch",
+            ErrorKind::Conflict,
+            None,
+        ),
+    ] {
+        proxy.script("RunInstances", status, code, 1);
+        let e = p.create(&spec, None).await.unwrap_err();
+        assert_eq!(e.kind(), kind, "{code}: {e}");
+        if field.is_some() {
+            assert_eq!(e.field(), field, "{code}: {e}");
+        }
+        assert!(e.to_string().contains(code), "{e}");
+    }
+    assert!(p.owned_instances().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resets_and_slow_answers_are_transient() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(
+        moto.addr,
+        Faults {
+            drop_before: 1.0,
+            ..Faults::default()
+        },
+        2,
+    )
+    .await;
+    let p = common::provider(&proxy.endpoint, &common::owner("resets")).await;
+    let e = p.find(&common::spec("r").name).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+
+    proxy.set_faults(Faults {
+        delay: 1.0,
+        delay_for: Duration::from_secs(2),
+        ..Faults::default()
+    });
+    let impatient = provider_aws::AwsProvider::new(
+        common::config(&proxy.endpoint, "slow")
+            .attempt_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let e = impatient.find(&common::spec("r").name).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(e.to_string().contains("timed out"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_do_not_multiply() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 3).await;
+    let p = Retrying::new(
+        common::provider(&proxy.endpoint, &common::owner("multiply")).await,
+        quick_retries(3),
+    );
+    proxy.script("RunInstances", 503, "RequestLimitExceeded", 100);
+    let e = p.create(&common::spec("m-1"), None).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Throttled);
+    // One SDK attempt per decorator attempt: 1 + 3 retries, never 4 x the SDK's 3.
+    assert_eq!(proxy.seen("RunInstances"), 4);
+    // And each retried create looked the name up first.
+    assert_eq!(proxy.seen("DescribeInstances"), 4);
+
+    // A permanent error is not retried at all.
+    proxy.clear_scripts();
+    proxy.script("RunInstances", 400, "InvalidAMIID.NotFound", 1);
+    let before = proxy.seen("RunInstances");
+    let e = p.create(&common::spec("m-2"), None).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+    assert_eq!(proxy.seen("RunInstances"), before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_found_right_after_create_is_retried_and_later_is_not_found() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 4).await;
+    let owner = common::owner("consistency");
+    let creator = Retrying::new(
+        common::provider(&proxy.endpoint, &owner).await,
+        quick_retries(5),
+    );
+    let m = creator.create(&common::spec("c-1"), None).await.unwrap();
+
+    // EC2 does not know the new id yet for two calls: the creator retries through it.
+    proxy.script("DescribeInstances", 400, "InvalidInstanceID.NotFound", 2);
+    let seen = proxy.seen("DescribeInstances");
+    let got = creator.get(&m.provider_id).await.unwrap();
+    assert_eq!(got.provider_id, m.provider_id);
+    assert_eq!(proxy.seen("DescribeInstances"), seen + 3);
+
+    // Deleting must not take the not-found for "already gone": that would leak it.
+    proxy.script("DescribeInstances", 400, "InvalidInstanceID.NotFound", 1);
+    proxy.script("TerminateInstances", 400, "InvalidInstanceID.NotFound", 1);
+    creator.delete(&m.provider_id).await.unwrap();
+    assert_eq!(proxy.forwarded("TerminateInstances"), 1);
+    assert_eq!(
+        creator.get(&m.provider_id).await.unwrap().phase,
+        Phase::Deleted
+    );
+
+    // A process that did not create it takes the answer at its word.
+    let other = common::provider(&proxy.endpoint, &owner).await;
+    proxy.script("DescribeInstances", 400, "InvalidInstanceID.NotFound", 1);
+    let e = other.get(&m.provider_id).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+
+    // So does the creator once its consistency window has passed.
+    let short = provider_aws::AwsProvider::new(
+        common::config(&proxy.endpoint, &owner)
+            .consistency_window(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let m2 = short.create(&common::spec("c-2"), None).await.unwrap();
+    proxy.script("DescribeInstances", 400, "InvalidInstanceID.NotFound", 1);
+    assert_eq!(
+        short.get(&m2.provider_id).await.unwrap_err().kind(),
+        ErrorKind::Transient
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.script("DescribeInstances", 400, "InvalidInstanceID.NotFound", 1);
+    assert_eq!(
+        short.get(&m2.provider_id).await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    short.delete(&m2.provider_id).await.unwrap();
+}
