@@ -209,6 +209,15 @@ impl SshClient {
         })
     }
 
+    /// Runs `request` and turns a non-zero exit into an error carrying the command, the
+    /// status and the tail of stderr (see [`ExecOutput::check`]).
+    pub async fn run(&self, request: &ExecRequest) -> Result<ExecOutput> {
+        self.exec_with_stdin(request, Stdin::None)
+            .await?
+            .check(&request.command)
+            .map_err(|e| e.context(&self.target))
+    }
+
     /// The target this client is connected to.
     pub fn target(&self) -> &SshTarget {
         &self.target

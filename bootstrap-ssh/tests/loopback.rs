@@ -58,6 +58,15 @@ async fn a_non_zero_exit_carries_command_status_and_stderr_tail() {
         "{msg}"
     );
     assert_eq!(e.kind(), ErrorKind::Permanent);
+    let e = c.run(&ExecRequest::new(cmd)).await.unwrap_err();
+    assert!(
+        e.to_string().contains(&sshd.target().to_string()) && e.to_string().contains("status 3"),
+        "{e}"
+    );
+    assert_eq!(
+        c.run(&ExecRequest::new("echo fine")).await.unwrap().stdout,
+        b"fine\n"
+    );
     let out = c.exec(&ExecRequest::new("kill -9 $$")).await.unwrap();
     assert_eq!(out.status, None, "killed by a signal");
 }
