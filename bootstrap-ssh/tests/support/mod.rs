@@ -158,11 +158,12 @@ impl Sshd {
         } else {
             format!("{host}:{port}")
         };
+        // sshd keeps the first value of a keyword: the test's own lines go first.
         let config = format!(
-            "ListenAddress {listen}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
+            "{}\nListenAddress {listen}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
              UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
              PermitRootLogin prohibit-password\nSetEnv SHLVL=1\nClientAliveInterval 2\nClientAliveCountMax 3\n\
-             MaxStartups 200\nMaxSessions 100\nLogLevel ERROR\nSubsystem sftp internal-sftp\n{}\n",
+             MaxStartups 200\nMaxSessions 100\nLogLevel ERROR\nSubsystem sftp internal-sftp\n",
             opts.extra
         );
         std::fs::write(dir.path().join("sshd_config"), config).unwrap();
