@@ -32,6 +32,16 @@ async fn exec_reports_status_output_and_secret_env() {
     assert_eq!(out.stdout, b"a\nb\n");
     assert_eq!(out.stderr, b"token=s3 cr'et\n");
     assert!(!out.truncated);
+    // The secret is not on any command line on the machine while the command runs.
+    let seen = sshd.dir.path().join("ps");
+    let req = ExecRequest::new(format!("ps -eo args > {}; echo \"$TOKEN\"", seen.display()))
+        .env("TOKEN", SecretString::from("hunter2-zz"));
+    assert_eq!(c.exec(&req).await.unwrap().stdout, b"hunter2-zz\n");
+    let ps = std::fs::read_to_string(&seen).unwrap();
+    assert!(
+        ps.contains("ps -eo args") && !ps.contains("hunter2"),
+        "{ps}"
+    );
     // One connection serves many commands, also concurrently.
     let reqs: Vec<ExecRequest> = (0..20)
         .map(|i| ExecRequest::new(format!("echo {i}")))

@@ -53,7 +53,19 @@ impl TempUser {
 impl Drop for TempUser {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.sudoers);
-        let _ = Command::new("userdel").arg(&self.name).status();
+        // Its sessions end a moment after their connections close: retry a while.
+        for _ in 0..50 {
+            let done = Command::new("userdel")
+                .arg(&self.name)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success() || s.code() == Some(6));
+            if done {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        eprintln!("could not remove test user {}", self.name);
     }
 }
 
@@ -100,6 +112,7 @@ async fn password_auth_when_asked_and_sudo_for_root_only_state() {
     let m = sshd.machine("sudo-1");
     let e = layer.apply(&m, &c).await.unwrap_err();
     assert!(e.to_string().contains("ermission denied"), "{e}");
+    c.close().await;
     user.allow_sudo();
     let c = SshClient::connect(&config("pa55 word!").with_sudo(true), &target, &sshd.pins())
         .await
