@@ -373,3 +373,22 @@ print("\n".join(bad) if bad else "all valid")
         peers::assert_valid_cloud_config(doc);
     }
 }
+
+proptest! {
+    #![proptest_config(Config { cases: 256, ..Config::default() })]
+
+    /// Whatever a user hands in, reading it returns a value or an error, never a panic.
+    #[test]
+    fn parsing_any_text_never_panics(body in "(\\PC|\n| |:|-|\\[|\\]|\\{|\\}|'|\"|#|&|\\*|!|\\|){0,200}") {
+        let _ = parse(&format!("#cloud-config\n{body}"), &["x"]);
+    }
+
+    /// Same for templates: syntax or render errors, never a panic.
+    #[test]
+    fn templates_never_panic(source in "(\\PC|\\{\\{|\\}\\}|\\{%|%\\}|\n| ){0,120}") {
+        let mut t = bootstrap_cloudinit::Templates::new();
+        if t.add("t.yaml", source).is_ok() {
+            let _ = t.render("t.yaml", &serde_json::json!({"a": 1}));
+        }
+    }
+}
