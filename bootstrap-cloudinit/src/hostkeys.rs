@@ -4,7 +4,14 @@
 
 use std::fmt;
 
-use machine_core::{Access, Error, Result};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use machine_core::{
+    Access, Connector, Error, Machine, MachineName, MachineSpec, Mode, Result, SoftwareProvisioner,
+    Transport, UserDataFormat, UserDataPart,
+};
+use sha2::{Digest, Sha256};
 use ssh_key::private::{Ed25519Keypair, KeypairData};
 use ssh_key::{HashAlg, LineEnding, PrivateKey};
 
@@ -27,7 +34,11 @@ impl HostKey {
         let mut seed = zeroize::Zeroizing::new([0u8; 32]);
         getrandom::fill(seed.as_mut_slice())
             .map_err(|e| Error::permanent(format!("no OS randomness for a host key: {e}")))?;
-        let pair = Ed25519Keypair::from_seed(&seed);
+        Self::from_seed(&seed, comment)
+    }
+
+    fn from_seed(seed: &[u8; 32], comment: &str) -> Result<Self> {
+        let pair = Ed25519Keypair::from_seed(seed);
         let key = PrivateKey::new(KeypairData::Ed25519(pair), comment)
             .map_err(|e| Error::permanent(format!("cannot build host key: {e}")))?;
         let private = key
@@ -80,6 +91,136 @@ impl fmt::Debug for HostKey {
     }
 }
 
+/// Host keys derived per machine from one master secret: the same secret and machine
+/// name always give the same key, so every replica of a controller, and a process
+/// restarted after a crash, pins the key the machine was created with. Nothing is
+/// stored. Keep the master secret like any credential.
+///
+/// Add it as a coupled layer (it contributes the machine's `ssh_keys`) and wrap the
+/// composer's connector in [`DerivedHostKeys::pinning`] so the SSH step pins the key:
+///
+/// ```
+/// use std::sync::Arc;
+/// use bootstrap_cloudinit::{DerivedHostKeys, Secret};
+/// use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
+/// use machine_core::Composer;
+/// # fn main() -> machine_core::Result<()> {
+/// let keys = DerivedHostKeys::new(Secret::new("a master secret of at least 32 bytes!"))?;
+/// let cloud = SimCloud::new();
+/// let provider = Arc::new(SimProvider::new(cloud.clone(), SimConfig::default())?);
+/// let composer = Composer::builder(provider)
+///     .coupled(Arc::new(keys.clone()))
+///     .connector(Arc::new(keys.pinning(Arc::new(SimConnector::new(cloud)))))
+///     .build()?;
+/// # let _ = composer;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct DerivedHostKeys {
+    master: Secret,
+}
+
+impl fmt::Debug for DerivedHostKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DerivedHostKeys([REDACTED])")
+    }
+}
+
+impl DerivedHostKeys {
+    /// Keys derived from `master`, which must hold at least 32 bytes.
+    pub fn new(master: Secret) -> Result<Self> {
+        if master.expose().len() < 32 {
+            return Err(Error::invalid_spec(
+                "hostKeys.master",
+                "the master secret must hold at least 32 bytes",
+            ));
+        }
+        Ok(DerivedHostKeys { master })
+    }
+
+    /// The host key of the machine named `name`.
+    pub fn for_machine(&self, name: &MachineName) -> Result<HostKey> {
+        // Domain-separated SHA-256 of the secret and the name: a distinct 32-byte seed
+        // per machine, not recoverable from the public key.
+        let mut h = Sha256::new();
+        h.update(b"bootstrap-cloudinit host key v1\0");
+        h.update(self.master.expose().as_bytes());
+        h.update(b"\0");
+        h.update(name.as_str().as_bytes());
+        let seed = zeroize::Zeroizing::new(<[u8; 32]>::from(h.finalize()));
+        HostKey::from_seed(&seed, name.as_str())
+    }
+
+    /// Wraps `inner` so that every machine it connects to has its derived public key in
+    /// `access.host_keys` (pinned by the transport).
+    pub fn pinning(&self, inner: Arc<dyn Connector>) -> PinningConnector {
+        PinningConnector {
+            inner,
+            keys: self.clone(),
+        }
+    }
+}
+
+#[async_trait]
+impl SoftwareProvisioner for DerivedHostKeys {
+    fn name(&self) -> &str {
+        "host-keys"
+    }
+
+    fn supports(&self, mode: Mode) -> bool {
+        mode == Mode::Coupled
+    }
+
+    fn user_data_parts(&self, spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
+        let key = self.for_machine(&spec.name)?;
+        let config = crate::model::CloudConfig {
+            ssh_keys: Some(key.ssh_keys()),
+            ..Default::default()
+        };
+        Ok(vec![
+            UserDataPart::new(
+                UserDataFormat::CloudConfig,
+                "host-keys.cloud-config.yaml",
+                crate::render::render(&config)?,
+            )
+            .with_header("Merge-Type", crate::merge::MERGE_TYPE),
+        ])
+    }
+
+    async fn is_applied(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<bool> {
+        Err(crate::layer::coupled_only("host-keys"))
+    }
+
+    async fn apply(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<()> {
+        Err(crate::layer::coupled_only("host-keys"))
+    }
+}
+
+/// A [`Connector`] that adds each machine's derived host key to its access info before
+/// connecting, so the transport pins it and never trusts on first use.
+pub struct PinningConnector {
+    inner: Arc<dyn Connector>,
+    keys: DerivedHostKeys,
+}
+
+impl fmt::Debug for PinningConnector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PinningConnector").finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Connector for PinningConnector {
+    async fn connect(&self, machine: &Machine) -> Result<Arc<dyn Transport>> {
+        let mut pinned = machine.clone();
+        self.keys
+            .for_machine(&machine.name)?
+            .pin(&mut pinned.access);
+        self.inner.connect(&pinned).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +246,28 @@ mod tests {
         a.pin(&mut access);
         a.pin(&mut access);
         assert_eq!(access.host_keys, [a.public().to_owned()]);
+    }
+
+    #[test]
+    fn derived_keys_are_stable_per_name_and_distinct_across_names() {
+        let k = DerivedHostKeys::new(Secret::new("0123456789abcdef0123456789abcdef")).unwrap();
+        let a = MachineName::new("web-1").unwrap();
+        let b = MachineName::new("web-2").unwrap();
+        assert_eq!(
+            k.for_machine(&a).unwrap().public(),
+            k.for_machine(&a).unwrap().public()
+        );
+        assert_ne!(
+            k.for_machine(&a).unwrap().public(),
+            k.for_machine(&b).unwrap().public()
+        );
+        let other =
+            DerivedHostKeys::new(Secret::new("another secret, also 32 bytes long")).unwrap();
+        assert_ne!(
+            k.for_machine(&a).unwrap().public(),
+            other.for_machine(&a).unwrap().public()
+        );
+        assert!(DerivedHostKeys::new(Secret::new("short")).is_err());
+        assert!(!format!("{k:?}").contains("0123"));
     }
 }

@@ -34,7 +34,7 @@ mod validate;
 pub use bootstrap::{Bootstrap, Built, Output, SizeReport};
 pub use completion::{CloudInitState, CloudInitStatus, STATUS_COMMAND, parse_status};
 pub use encoding::{GZIP_LEVEL, gzip};
-pub use hostkeys::HostKey;
+pub use hostkeys::{DerivedHostKeys, HostKey, PinningConnector};
 pub use ignition::{IGNITION_VERSION, ignition_user_data, to_ignition};
 pub use layer::{CloudConfigLayer, LayerPart};
 pub use merge::{MERGE_TYPE, merge};
