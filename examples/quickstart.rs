@@ -183,7 +183,10 @@ async fn main() -> anyhow::Result<()> {
                     ud.short_hash()
                 );
                 let text = String::from_utf8_lossy(&ud.decoded()?).into_owned();
-                for part in text.lines().filter(|l| l.starts_with("Content-Type: text/")) {
+                for part in text
+                    .lines()
+                    .filter(|l| l.starts_with("Content-Type: text/"))
+                {
                     println!("    part {}", part.trim_start_matches("Content-Type: "));
                 }
             }
