@@ -241,11 +241,14 @@ impl CloudConfigLayer {
                 format!("{}.{filename}", self.name),
                 script.clone(),
             ),
+            // cloud-init hands the rendered template, with this part's headers, to the
+            // handler of what it rendered to: a cloud-config needs the merge header too.
             LayerPart::Jinja2 { filename, template } => UserDataPart::new(
                 UserDataFormat::Jinja2,
                 format!("{}.{filename}", self.name),
                 template.clone(),
-            ),
+            )
+            .with_header("Merge-Type", MERGE_TYPE),
         })
     }
 }

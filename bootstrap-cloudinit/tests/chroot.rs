@@ -192,18 +192,30 @@ async fn cloud_init_applies_what_the_layers_say() {
         "hello.sh",
         "#!/bin/sh\necho script > /var/tmp/script-marker\n",
     )
+    .unwrap()
+    .with_jinja2(
+        "jinja.yaml",
+        "## template: jinja\n#cloud-config\nwrite_files:\n- path: /var/tmp/jinja-marker\n  content: \"host {{ v1.local_hostname }}\"\n",
+    )
     .unwrap();
     let built = Bootstrap::new("web", vec![base, app])
         .unwrap()
         .output(Output::Multipart)
         .build(&delivery())
         .unwrap();
-    let root = Root::new(&built.user_data.bytes, &unique("iid"));
+    let instance = unique("iid");
+    let root = Root::new(&built.user_data.bytes, &instance);
     root.boot();
 
     assert_eq!(read(&root, "/etc/motd"), "yes\n---\n#cloud-config\n");
     assert_eq!(read(&root, "/var/tmp/runcmd-marker"), "ran: ok\n");
     assert_eq!(read(&root, "/var/tmp/script-marker"), "script\n");
+    // cloud-init rendered the Jinja part with its instance data, and merged its
+    // write_files with the other layers' (the Merge-Type header on the jinja part).
+    assert_eq!(
+        read(&root, "/var/tmp/jinja-marker"),
+        format!("host {instance}")
+    );
     assert_eq!(read(&root, "/srv/app/env"), "A=1\n");
     assert!(read(&root, "/home/ops/.ssh/authorized_keys").contains(KEY));
     assert!(read(&root, "/etc/passwd").contains("\napp:"));
