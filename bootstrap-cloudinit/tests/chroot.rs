@@ -193,6 +193,11 @@ async fn cloud_init_applies_what_the_layers_say() {
         "#!/bin/sh\necho script > /var/tmp/script-marker\n",
     )
     .unwrap()
+    .with_boothook(
+        "early.sh",
+        "#cloud-boothook\n#!/bin/sh\necho boothook > /var/tmp/boothook-marker\n",
+    )
+    .unwrap()
     .with_jinja2(
         "jinja.yaml",
         "## template: jinja\n#cloud-config\nwrite_files:\n- path: /var/tmp/jinja-marker\n  content: \"host {{ v1.local_hostname }}\"\n",
@@ -210,6 +215,7 @@ async fn cloud_init_applies_what_the_layers_say() {
     assert_eq!(read(&root, "/etc/motd"), "yes\n---\n#cloud-config\n");
     assert_eq!(read(&root, "/var/tmp/runcmd-marker"), "ran: ok\n");
     assert_eq!(read(&root, "/var/tmp/script-marker"), "script\n");
+    assert_eq!(read(&root, "/var/tmp/boothook-marker"), "boothook\n");
     // cloud-init rendered the Jinja part with its instance data, and merged its
     // write_files with the other layers' (the Merge-Type header on the jinja part).
     assert_eq!(
@@ -259,4 +265,50 @@ async fn a_failing_command_surfaces_cloud_init_own_error() {
         }
         other => panic!("expected cloud-init's failure, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn composer_user_data_with_the_capi_sentinel_completes_on_real_cloud_init() {
+    use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
+    use machine_core::{Composer, MachineSpec, SentinelFile};
+    use std::sync::Arc;
+
+    let cloud = SimCloud::new();
+    let provider = Arc::new(SimProvider::new(cloud.clone(), SimConfig::default()).unwrap());
+    let layer = CloudConfigLayer::new(
+        "base",
+        CloudConfig::new()
+            .with_file(WriteFile::new("/etc/motd", "from the composer\n"))
+            .with_runcmd("echo composed > /var/tmp/composed"),
+    )
+    .unwrap();
+    let sentinel = SentinelFile::default();
+    let composer = Composer::builder(provider)
+        .coupled(Arc::new(layer))
+        .connector(Arc::new(SimConnector::new(cloud)))
+        .completion(Arc::new(sentinel.clone()))
+        .build()
+        .unwrap();
+    let spec = MachineSpec::new(MachineName::new("web-1").unwrap());
+    let user_data = composer.user_data(&spec).unwrap().expect("user data");
+    // Exactly the bytes a provider would send (gzip when the composer chose it).
+    let root = Root::new(&user_data.bytes, &unique("iid"));
+    assert_eq!(
+        sentinel.check(&machine(), &root).await.unwrap(),
+        Completion::Pending
+    );
+    root.boot();
+    assert_eq!(read(&root, "/etc/motd"), "from the composer\n");
+    assert_eq!(read(&root, "/var/tmp/composed"), "composed\n");
+    assert_eq!(
+        sentinel.check(&machine(), &root).await.unwrap(),
+        Completion::Done
+    );
+    assert_eq!(
+        CloudInitStatus::new()
+            .check(&machine(), &root)
+            .await
+            .unwrap(),
+        Completion::Done
+    );
 }
