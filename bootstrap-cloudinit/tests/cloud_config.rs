@@ -392,3 +392,44 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn template_values_cannot_break_the_document_either() {
+    let mut t = bootstrap_cloudinit::Templates::new();
+    t.add(
+        "doc.yaml",
+        "#cloud-config\nfinal_message: {{ v }}\nwrite_files:\n  - path: /etc/{{ name | safe }}\n    content: {{ v }}\n",
+    )
+    .unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        ..Config::default()
+    });
+    let docs = std::cell::RefCell::new(Vec::new());
+    runner
+        .run(&(nasty(), "[a-z]{1,12}"), |(v, name)| {
+            let ctx = serde_json::json!({"v": v, "name": name});
+            let text = t
+                .render("doc.yaml", &ctx)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let c = t
+                .render_cloud_config("doc.yaml", &ctx, &[])
+                .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+            prop_assert_eq!(c.final_message.as_deref(), Some(v.as_str()));
+            prop_assert_eq!(c.write_files[0].content.bytes(), v.as_bytes());
+            docs.borrow_mut().push((v, text));
+            Ok(())
+        })
+        .unwrap();
+    // PyYAML reads the same value from the template's own output.
+    let docs = docs.into_inner();
+    let texts: Vec<String> = docs.iter().map(|(_, t)| t.clone()).collect();
+    for ((v, text), py) in docs.iter().zip(peers::pyyaml_load_all(&texts)) {
+        assert_eq!(
+            py["final_message"],
+            serde_json::Value::String(v.clone()),
+            "{text}"
+        );
+    }
+    peers::assert_valid_cloud_config(&texts[0]);
+}
