@@ -21,6 +21,9 @@ use crate::render::render;
 /// The largest request accepted (cloud-init posts a few public keys: a few KiB).
 const MAX_REQUEST: usize = 64 * 1024;
 
+/// How long one request may take to arrive.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What one machine posted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PhoneHomeReport {
@@ -67,8 +70,13 @@ impl PhoneHomeListener {
                 };
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = serve(stream, &shared).await {
-                        tracing::debug!(%peer, error = %e, "phone_home request refused");
+                    // A client that stalls mid-request is dropped rather than held.
+                    match tokio::time::timeout(REQUEST_TIMEOUT, serve(stream, &shared)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "phone_home request refused")
+                        }
+                        Err(_) => tracing::debug!(%peer, "phone_home request timed out"),
                     }
                 });
             }
