@@ -152,7 +152,10 @@ impl Templates {
         allowed_extra: &[&str],
     ) -> Result<CloudConfig> {
         let text = self.render(name, context)?;
-        parse(&text, allowed_extra).map_err(|e| e.context(format_args!("template {name}")))
+        // A template written for cloud-init's own Jinja support starts with this line;
+        // rendered here, it is a plain cloud-config.
+        let text = text.strip_prefix("## template: jinja\n").unwrap_or(&text);
+        parse(text, allowed_extra).map_err(|e| e.context(format_args!("template {name}")))
     }
 }
 
@@ -304,6 +307,16 @@ mod tests {
         );
         assert_eq!(c.hostname, None);
         assert_eq!(c.runcmd.len(), 2);
+        // A template written for cloud-init's Jinja support works here too.
+        t.add(
+            "ci.yaml",
+            "## template: jinja\n#cloud-config\nhostname: {{ h }}\n",
+        )
+        .unwrap();
+        let c = t
+            .render_cloud_config("ci.yaml", &json!({"h": "web-1"}), &[])
+            .unwrap();
+        assert_eq!(c.hostname.as_deref(), Some("web-1"));
         t.add("d.yaml", "#cloud-config\nsnap: {{ s }}\n").unwrap();
         let e = t
             .render_cloud_config("d.yaml", &json!({"s": 1}), &[])
