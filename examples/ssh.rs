@@ -4,11 +4,13 @@
 //!
 //! ```text
 //! cargo run --example ssh -- [--user U] [--key PATH [--passphrase-env VAR] | --agent]
-//!     [--known-hosts PATH | --accept-new PATH | --insecure] [--jump [USER@]HOST[:PORT]]
+//!     [--known-hosts PATH] [--accept-new | --insecure] [--jump [USER@]HOST[:PORT]]
 //!     [--sudo] [--concurrency N] HOST[:PORT]...
 //! ```
 //!
-//! Host keys are verified against `~/.ssh/known_hosts` unless told otherwise.
+//! Host keys are verified against `~/.ssh/known_hosts` (or `--known-hosts PATH`);
+//! `--accept-new` trusts and records the keys of hosts not in that file yet;
+//! `--insecure` trusts any key and warns on every connection.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,7 +37,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
     let mut user = std::env::var("USER").unwrap_or_else(|_| "root".into());
     let (mut key, mut pass_env, mut agent) = (None::<PathBuf>, None::<String>, false);
-    let mut policy = HostKeyPolicy::Verify { known_hosts: None };
+    let (mut known_hosts, mut accept_new, mut insecure) = (None::<PathBuf>, false, false);
     let (mut jump, mut sudo, mut concurrency, mut hosts) = (None, false, 16, Vec::new());
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -45,17 +47,9 @@ fn parse_args() -> anyhow::Result<Args> {
             "--key" => key = Some(val("--key")?.into()),
             "--passphrase-env" => pass_env = Some(val("--passphrase-env")?),
             "--agent" => agent = true,
-            "--known-hosts" => {
-                policy = HostKeyPolicy::Verify {
-                    known_hosts: Some(val("--known-hosts")?.into()),
-                }
-            }
-            "--accept-new" => {
-                policy = HostKeyPolicy::AcceptNew {
-                    known_hosts: val("--accept-new")?.into(),
-                }
-            }
-            "--insecure" => policy = HostKeyPolicy::Insecure,
+            "--known-hosts" => known_hosts = Some(val("--known-hosts")?.into()),
+            "--accept-new" => accept_new = true,
+            "--insecure" => insecure = true,
             "--jump" => jump = Some(val("--jump")?),
             "--sudo" => sudo = true,
             "--concurrency" => {
@@ -63,7 +57,7 @@ fn parse_args() -> anyhow::Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: ssh [--user U] [--key PATH [--passphrase-env VAR] | --agent] [--known-hosts PATH | --accept-new PATH | --insecure] [--jump HOST] [--sudo] [--concurrency N] HOST[:PORT]..."
+                    "usage: ssh [--user U] [--key PATH [--passphrase-env VAR] | --agent] [--known-hosts PATH] [--accept-new | --insecure] [--jump HOST] [--sudo] [--concurrency N] HOST[:PORT]..."
                 );
                 std::process::exit(0);
             }
@@ -74,6 +68,15 @@ fn parse_args() -> anyhow::Result<Args> {
     if hosts.is_empty() {
         bail!("give at least one HOST[:PORT] (see --help)");
     }
+    let policy = match (insecure, accept_new) {
+        (true, true) => bail!("--insecure and --accept-new exclude each other"),
+        (true, false) => HostKeyPolicy::Insecure,
+        (false, true) => HostKeyPolicy::AcceptNew {
+            known_hosts: known_hosts
+                .unwrap_or_else(|| PathBuf::from(&home).join(".ssh/known_hosts")),
+        },
+        (false, false) => HostKeyPolicy::Verify { known_hosts },
+    };
     let passphrase = match pass_env {
         Some(var) => Some(SecretString::from(
             std::env::var(&var).with_context(|| format!("{var} is not set"))?,
