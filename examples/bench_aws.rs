@@ -1,0 +1,243 @@
+//! Benchmark of provider-aws against boto3, on one moto server, in one run.
+//!
+//! Each side creates, waits for running, and terminates N instances (default 500) with
+//! concurrency 32, making the same EC2 calls per machine: the adoption lookup,
+//! RunInstances, DescribeInstances until running, the ownership check and
+//! TerminateInstances. moto's recorder counts the requests each side sends; each side
+//! measures its own CPU time (getrusage of its own process, moto excluded).
+//!
+//! ```sh
+//! bash scripts/peers/30-moto.sh
+//! cargo run --release -p examples --example bench_aws -- --count 500 --concurrency 32
+//! ```
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use machine_core::{MachineName, MachineProvisioner, MachineSpec, SecretString};
+use nix::sys::resource::{UsageWho, getrusage};
+use provider_aws::{AwsConfig, AwsProvider};
+
+struct Moto {
+    child: Child,
+    addr: SocketAddr,
+    recording: PathBuf,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.recording);
+    }
+}
+
+fn venv() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache"));
+    cache.join("machine-provisioning/moto")
+}
+
+fn start_moto() -> Result<Moto> {
+    let bin = venv().join("bin/moto_server");
+    if !bin.exists() {
+        bail!("{} not found: run scripts/peers/30-moto.sh", bin.display());
+    }
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let recording = std::env::temp_dir().join(format!("bench-aws-recording-{port}.jsonl"));
+    let child = Command::new(&bin)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .env("MOTO_RECORDER_FILEPATH", &recording)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let moto = Moto {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        recording,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(moto.addr).is_err() {
+        if Instant::now() > deadline {
+            bail!("moto did not start");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(moto)
+}
+
+/// One POST to moto's control API (reset, recorder), with no body.
+fn moto_api(addr: SocketAddr, path: &str) -> Result<()> {
+    let mut s = TcpStream::connect(addr)?;
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    if !answer.starts_with("HTTP/1.1 2") && !answer.starts_with("HTTP/1.0 2") {
+        bail!("moto {path}: {}", answer.lines().next().unwrap_or(""));
+    }
+    Ok(())
+}
+
+fn recorded_calls(path: &Path) -> Result<usize> {
+    Ok(std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count())
+}
+
+fn cpu_seconds() -> Result<f64> {
+    let u = getrusage(UsageWho::RUSAGE_SELF)?;
+    let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+    Ok(t(u.user_time()) + t(u.system_time()))
+}
+
+struct Figures {
+    wall: f64,
+    cpu: f64,
+    calls: usize,
+}
+
+async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Figures> {
+    let config = AwsConfig::builder()
+        .region("us-east-1")
+        .endpoint_url(format!("http://{}", moto.addr))
+        .static_credentials("testing", SecretString::from("testing"))
+        .owner("bench-rust")
+        .image("ami-760aaa0f")
+        // The boto3 side reads no consoles: neither does this one.
+        .host_key_discovery(false)
+        .build()?;
+    let p = Arc::new(AwsProvider::new(config).await?);
+    moto_api(moto.addr, "/moto-api/recorder/reset-recording")?;
+    moto_api(moto.addr, "/moto-api/recorder/start-recording")?;
+    let cpu0 = cpu_seconds()?;
+    let start = Instant::now();
+    stream::iter(0..count)
+        .map(|i| {
+            let p = p.clone();
+            async move {
+                let spec = MachineSpec::new(MachineName::new(format!("bench-{i:04}"))?)
+                    .with_size("t3.micro");
+                let m = p.create(&spec, None).await?;
+                loop {
+                    if p.get(&m.provider_id).await?.phase.is_running() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                p.delete(&m.provider_id).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds()? - cpu0;
+    moto_api(moto.addr, "/moto-api/recorder/stop-recording")?;
+    Ok(Figures {
+        wall,
+        cpu,
+        calls: recorded_calls(&moto.recording)?,
+    })
+}
+
+fn bench_boto3(moto: &Moto, count: usize, concurrency: usize) -> Result<Figures> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../provider-aws/bench/boto3_bench.py");
+    moto_api(moto.addr, "/moto-api/recorder/reset-recording")?;
+    moto_api(moto.addr, "/moto-api/recorder/start-recording")?;
+    let out = Command::new(venv().join("bin/python"))
+        .arg(&script)
+        .args(["--endpoint", &format!("http://{}", moto.addr)])
+        .args(["--count", &count.to_string()])
+        .args(["--concurrency", &concurrency.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    moto_api(moto.addr, "/moto-api/recorder/stop-recording")?;
+    if !out.status.success() {
+        bail!("{} failed: {}", script.display(), out.status);
+    }
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(line.trim())
+        .with_context(|| format!("boto3 bench printed {line:?}"))?;
+    let f = |k: &str| v[k].as_f64().with_context(|| format!("no {k} in {line}"));
+    let own_calls = f("calls")? as usize;
+    let recorded = recorded_calls(&moto.recording)?;
+    if own_calls != recorded {
+        eprintln!("note: boto3 counted {own_calls} calls, moto recorded {recorded}");
+    }
+    Ok(Figures {
+        wall: f("wall_s")?,
+        cpu: f("cpu_s")?,
+        calls: recorded,
+    })
+}
+
+fn arg(name: &str, default: usize) -> Result<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == name) {
+        Some(i) => args
+            .get(i + 1)
+            .with_context(|| format!("{name} needs a number"))?
+            .parse()
+            .with_context(|| format!("{name} needs a number")),
+        None => Ok(default),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let count = arg("--count", 500)?;
+    let concurrency = arg("--concurrency", 32)?;
+    let moto = start_moto()?;
+    println!(
+        "moto at {}; {count} machines, concurrency {concurrency}",
+        moto.addr
+    );
+
+    // Warm moto up (its first EC2 request loads the backend) on both sides' behalf.
+    bench_rust(&moto, 4, 4).await?;
+    moto_api(moto.addr, "/moto-api/reset")?;
+
+    let rust = bench_rust(&moto, count, concurrency).await?;
+    moto_api(moto.addr, "/moto-api/reset")?;
+    let boto = bench_boto3(&moto, count, concurrency)?;
+
+    println!();
+    println!(
+        "{:<14} {:>9} {:>9} {:>7} {:>14}",
+        "client", "wall s", "cpu s", "calls", "cpu ms/call"
+    );
+    for (name, f) in [("provider-aws", &rust), ("boto3", &boto)] {
+        println!(
+            "{name:<14} {:>9.2} {:>9.2} {:>7} {:>14.3}",
+            f.wall,
+            f.cpu,
+            f.calls,
+            1e3 * f.cpu / f.calls.max(1) as f64
+        );
+    }
+    let per_call = |f: &Figures| f.cpu / f.calls.max(1) as f64;
+    println!();
+    println!(
+        "ratios provider-aws / boto3: wall {:.2}x (target <= 1.0x), cpu per call {:.2}x (target <= 0.3x)",
+        rust.wall / boto.wall,
+        per_call(&rust) / per_call(&boto)
+    );
+    Ok(())
+}
