@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use machine_core::{Error, ExecOutput, ExecRequest, ExposeSecret, Result};
+use machine_core::{Error, ExecOutput, ExecRequest, Result};
 use russh::client::Handle;
 use russh::{ChannelMsg, Sig};
 
@@ -115,7 +115,9 @@ pub(crate) async fn run(
     req: &ExecRequest,
     stdin: Stdin<'_>,
 ) -> Result<ExecOutput> {
-    let (line, env_input) = command_line(req)?;
+    // Secret environment values go over stdin, never on the command line.
+    let machine_core::RemoteShell { line, stdin_prefix } = req.remote_shell()?;
+    let env_input = (!stdin_prefix.is_empty()).then_some(stdin_prefix);
     let channel = handle.channel_open_session().await.map_err(|e| {
         if handle.is_closed() {
             connection_lost(peer, "opening a channel")
@@ -209,44 +211,6 @@ pub(crate) async fn run(
     }
 }
 
-/// The command line to send, and what to feed before the command's own input.
-///
-/// Environment values are secrets: on the command line they would show in `ps` on the
-/// machine for as long as the command runs. So they go over stdin instead: a wrapper
-/// shell reads exactly their length with `head -c`, evaluates the `export` lines, and
-/// execs the command with the rest of stdin untouched.
-fn command_line(req: &ExecRequest) -> Result<(String, Option<Vec<u8>>)> {
-    if req.env.is_empty() {
-        return Ok((req.shell_line(), None));
-    }
-    let mut script = String::new();
-    for (i, (name, value)) in req.env.iter().enumerate() {
-        let ok = name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ok {
-            return Err(Error::invalid_spec(
-                format!("env[{i}].name"),
-                format!("{name:?} is not a shell variable name"),
-            ));
-        }
-        let quoted = shlex::try_quote(value.expose_secret())
-            .map_err(|_| Error::invalid_spec(format!("env[{i}].value"), "holds a NUL byte"))?;
-        script.push_str(&format!("export {name}={quoted}\n"));
-    }
-    let quote = |s: &str| {
-        shlex::try_quote(s)
-            .map(|q| q.into_owned())
-            .map_err(|_| Error::invalid_spec("command", "holds a NUL byte"))
-    };
-    let wrapper = format!("eval \"$(head -c {})\" && exec sh -c \"$0\"", script.len());
-    let sudo = if req.sudo { "sudo -n " } else { "" };
-    let line = format!("{sudo}sh -c {} {}", quote(&wrapper)?, quote(&req.command)?);
-    Ok((line, Some(script.into_bytes())))
-}
-
 fn timed_out(peer: &str, command: &str, limit: Duration) -> Error {
     Error::timeout(format!(
         "{peer}: command {command:?} did not finish within {}; it was sent SIGKILL",
@@ -257,28 +221,6 @@ fn timed_out(peer: &str, command: &str, limit: Duration) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn env_goes_over_stdin_not_the_command_line() {
-        let req = ExecRequest::new("echo \"$A\"")
-            .env("A", machine_core::SecretString::from("s3cret 'x'"));
-        let (line, input) = command_line(&req).unwrap();
-        assert!(!line.contains("s3cret"), "{line}");
-        let out = std::process::Command::new("sh")
-            .args(["-c", &line])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin.take().unwrap().write_all(&input.unwrap())?;
-                c.wait_with_output()
-            })
-            .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "s3cret 'x'\n");
-        let bad = ExecRequest::new("true").env("A-B", machine_core::SecretString::from("v"));
-        assert_eq!(command_line(&bad).unwrap_err().field(), Some("env[0].name"));
-    }
 
     #[test]
     fn tail_keeps_the_last_bytes() {

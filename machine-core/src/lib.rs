@@ -76,7 +76,7 @@ pub use software::{
 };
 pub use spec::{FleetSpec, MachineSpec, SshAccess, check_unique_names};
 pub use transport::{
-    Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, Transport,
+    Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, RemoteShell, Transport,
 };
 pub use user_data::{ContentEncoding, UserData, UserDataFormat, UserDataPart};
 

@@ -65,31 +65,54 @@ impl ExecRequest {
         self
     }
 
-    /// The full shell command line with environment assignments and sudo applied, for
-    /// transports that run one string on the remote shell. It holds the secret values:
-    /// send it, never log it.
-    pub fn shell_line(&self) -> String {
-        let mut line = String::new();
-        if self.sudo {
-            line.push_str("sudo -n ");
+    /// How to run this request through a remote POSIX shell without exposing its
+    /// secrets: the command line to send, and bytes to write to the command's stdin
+    /// first.
+    ///
+    /// Environment values never appear on the command line, where `ps` on the machine
+    /// would show them for as long as the command runs: a wrapper shell reads exactly
+    /// their length from stdin with `head -c`, evaluates the `export` lines and execs
+    /// the command, which then reads the rest of stdin untouched. `sudo -n` wraps the
+    /// whole when asked. Refuses variable names that are not shell names
+    /// (`env[i].name`) and NUL bytes (`env[i].value`, `command`).
+    pub fn remote_shell(&self) -> Result<RemoteShell> {
+        let quote = |field: &str, s: &str| {
+            shlex::try_quote(s)
+                .map(|q| q.into_owned())
+                .map_err(|_| Error::invalid_spec(field, "holds a NUL byte"))
+        };
+        let sudo = if self.sudo { "sudo -n " } else { "" };
+        if self.env.is_empty() {
+            return Ok(RemoteShell {
+                line: format!("{sudo}sh -c {}", quote("command", &self.command)?),
+                stdin_prefix: Vec::new(),
+            });
         }
-        if !self.env.is_empty() {
-            line.push_str("env ");
-            for (k, v) in &self.env {
-                line.push_str(k);
-                line.push('=');
-                line.push_str(
-                    &shlex::try_quote(v.expose_secret())
-                        .map_or_else(|_| "''".into(), |q| q.into_owned()),
-                );
-                line.push(' ');
+        let mut script = String::new();
+        for (i, (name, value)) in self.env.iter().enumerate() {
+            let ok = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(Error::invalid_spec(
+                    format!("env[{i}].name"),
+                    format!("{name:?} is not a shell variable name"),
+                ));
             }
+            let value = quote(&format!("env[{i}].value"), value.expose_secret())?;
+            script.push_str(&format!("export {name}={value}\n"));
         }
-        line.push_str("sh -c ");
-        line.push_str(
-            &shlex::try_quote(&self.command).map_or_else(|_| "''".into(), |q| q.into_owned()),
-        );
-        line
+        let wrapper = format!("eval \"$(head -c {})\" && exec sh -c \"$0\"", script.len());
+        Ok(RemoteShell {
+            line: format!(
+                "{sudo}sh -c {} {}",
+                quote("command", &wrapper)?,
+                quote("command", &self.command)?
+            ),
+            stdin_prefix: script.into_bytes(),
+        })
     }
 }
 
@@ -102,6 +125,27 @@ impl fmt::Debug for ExecRequest {
             .field("sudo", &self.sudo)
             .field("timeout", &self.timeout)
             .field("max_output", &self.max_output)
+            .finish()
+    }
+}
+
+/// A request ready for a remote shell, from [`ExecRequest::remote_shell`].
+pub struct RemoteShell {
+    /// The command line to send; it holds no secret.
+    pub line: String,
+    /// Bytes to write to the command's stdin before anything else (the secret
+    /// environment); empty when there is none.
+    pub stdin_prefix: Vec<u8>,
+}
+
+impl fmt::Debug for RemoteShell {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteShell")
+            .field("line", &self.line)
+            .field(
+                "stdin_prefix",
+                &format_args!("[{} bytes redacted]", self.stdin_prefix.len()),
+            )
             .finish()
     }
 }
@@ -216,14 +260,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shell_line_quotes_and_debug_hides_secrets() {
-        let req = ExecRequest::new("echo \"$TOKEN\" > /tmp/t")
-            .env("TOKEN", SecretString::from("s3cr3t 'x'"))
-            .sudo();
-        let line = req.shell_line();
-        assert!(line.starts_with("sudo -n env TOKEN="), "{line}");
-        assert!(line.contains("s3cr3t"), "{line}");
-        assert!(!format!("{req:?}").contains("s3cr3t"));
+    fn remote_shell_sends_secrets_over_stdin_and_runs_under_sh() {
+        let req = ExecRequest::new("printf '%s|%s' \"$TOKEN\" \"$(cat)\"")
+            .env("TOKEN", SecretString::from("s3cr3t 'x' $(no)"));
+        let shell = req.remote_shell().unwrap();
+        assert!(!shell.line.contains("s3cr3t"), "{}", shell.line);
+        assert!(!format!("{req:?}{shell:?}").contains("s3cr3t"));
+        let out = std::process::Command::new("sh")
+            .args(["-c", &shell.line])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                let mut stdin = c.stdin.take().unwrap();
+                stdin.write_all(&shell.stdin_prefix)?;
+                stdin.write_all(b"rest of stdin")?;
+                drop(stdin);
+                c.wait_with_output()
+            })
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "s3cr3t 'x' $(no)|rest of stdin"
+        );
+        let bad = ExecRequest::new("true").env("A-B", SecretString::from("v"));
+        assert_eq!(bad.remote_shell().unwrap_err().field(), Some("env[0].name"));
+        let plain = ExecRequest::new("echo hi").sudo().remote_shell().unwrap();
+        assert_eq!(plain.line, "sudo -n sh -c 'echo hi'");
+        assert!(plain.stdin_prefix.is_empty());
     }
 
     #[test]
