@@ -34,7 +34,6 @@
 
 mod auth;
 mod client;
-mod completion;
 mod config;
 mod connector;
 mod errors;
@@ -46,7 +45,6 @@ mod upload;
 
 pub use auth::Auth;
 pub use client::SshClient;
-pub use completion::CloudInitStatus;
 pub use config::{JumpHost, SshConfig, SshTarget};
 pub use connector::SshConnector;
 pub use hostkeys::{HostKeyPin, HostKeyPolicy};
