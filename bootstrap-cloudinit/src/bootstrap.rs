@@ -140,20 +140,6 @@ impl Bootstrap {
             ));
         };
         let assembled_len = assembled.bytes.len();
-        // Compress here, at the level chosen for speed (see `crate::gzip`), when the
-        // raw data is over the limit; fit() then checks the compressed size.
-        let assembled = if delivery.gzip
-            && delivery.size_basis.counted(assembled_len) > delivery.max_bytes
-            && delivery.formats.contains(&assembled.format)
-        {
-            UserData {
-                format: assembled.format,
-                encoding: ContentEncoding::Gzip,
-                bytes: crate::encoding::gzip(&assembled.bytes),
-            }
-        } else {
-            assembled
-        };
         let user_data = fit(assembled, &parts, delivery)?;
         let layers = self
             .layers

@@ -159,7 +159,7 @@ impl CloudInitStatus {
 
 #[async_trait]
 impl CompletionCheck for CloudInitStatus {
-    fn user_data_parts(&self) -> Vec<UserDataPart> {
+    fn user_data_parts(&self, _spec: &machine_core::MachineSpec) -> Vec<UserDataPart> {
         Vec::new()
     }
 

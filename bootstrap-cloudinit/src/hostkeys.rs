@@ -4,12 +4,10 @@
 
 use std::fmt;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use machine_core::{
-    Access, Connector, Error, Machine, MachineName, MachineSpec, Mode, Result, SoftwareProvisioner,
-    Transport, UserDataFormat, UserDataPart,
+    Access, Error, Machine, MachineName, MachineSpec, Mode, Result, SoftwareProvisioner, Transport,
+    UserDataFormat, UserDataPart,
 };
 use sha2::{Digest, Sha256};
 use ssh_key::private::{Ed25519Keypair, KeypairData};
@@ -96,8 +94,9 @@ impl fmt::Debug for HostKey {
 /// restarted after a crash, pins the key the machine was created with. Nothing is
 /// stored. Keep the master secret like any credential.
 ///
-/// Add it as a coupled layer (it contributes the machine's `ssh_keys`) and wrap the
-/// composer's connector in [`DerivedHostKeys::pinning`] so the SSH step pins the key:
+/// Add it as a coupled layer: it contributes the machine's `ssh_keys`, and names the
+/// public key ([`SoftwareProvisioner::host_keys`]) so the composer puts it in the
+/// machine's access info and the SSH step pins it:
 ///
 /// ```
 /// use std::sync::Arc;
@@ -110,7 +109,7 @@ impl fmt::Debug for HostKey {
 /// let provider = Arc::new(SimProvider::new(cloud.clone(), SimConfig::default())?);
 /// let composer = Composer::builder(provider)
 ///     .coupled(Arc::new(keys.clone()))
-///     .connector(Arc::new(keys.pinning(Arc::new(SimConnector::new(cloud)))))
+///     .connector(Arc::new(SimConnector::new(cloud)))
 ///     .build()?;
 /// # let _ = composer;
 /// # Ok(())
@@ -151,15 +150,6 @@ impl DerivedHostKeys {
         let seed = zeroize::Zeroizing::new(<[u8; 32]>::from(h.finalize()));
         HostKey::from_seed(&seed, name.as_str())
     }
-
-    /// Wraps `inner` so that every machine it connects to has its derived public key in
-    /// `access.host_keys` (pinned by the transport).
-    pub fn pinning(&self, inner: Arc<dyn Connector>) -> PinningConnector {
-        PinningConnector {
-            inner,
-            keys: self.clone(),
-        }
-    }
 }
 
 #[async_trait]
@@ -188,36 +178,16 @@ impl SoftwareProvisioner for DerivedHostKeys {
         ])
     }
 
+    fn host_keys(&self, spec: &MachineSpec) -> Result<Vec<String>> {
+        Ok(vec![self.for_machine(&spec.name)?.public().to_owned()])
+    }
+
     async fn is_applied(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<bool> {
         Err(crate::layer::coupled_only("host-keys"))
     }
 
     async fn apply(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<()> {
         Err(crate::layer::coupled_only("host-keys"))
-    }
-}
-
-/// A [`Connector`] that adds each machine's derived host key to its access info before
-/// connecting, so the transport pins it and never trusts on first use.
-pub struct PinningConnector {
-    inner: Arc<dyn Connector>,
-    keys: DerivedHostKeys,
-}
-
-impl fmt::Debug for PinningConnector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PinningConnector").finish_non_exhaustive()
-    }
-}
-
-#[async_trait]
-impl Connector for PinningConnector {
-    async fn connect(&self, machine: &Machine) -> Result<Arc<dyn Transport>> {
-        let mut pinned = machine.clone();
-        self.keys
-            .for_machine(&machine.name)?
-            .pin(&mut pinned.access);
-        self.inner.connect(&pinned).await
     }
 }
 

@@ -19,7 +19,6 @@
 
 mod bootstrap;
 mod completion;
-mod encoding;
 mod hostkeys;
 mod ignition;
 mod layer;
@@ -33,8 +32,7 @@ mod validate;
 
 pub use bootstrap::{Bootstrap, Built, Output, SizeReport};
 pub use completion::{CloudInitState, CloudInitStatus, STATUS_COMMAND, parse_status};
-pub use encoding::{GZIP_LEVEL, gzip};
-pub use hostkeys::{DerivedHostKeys, HostKey, PinningConnector};
+pub use hostkeys::{DerivedHostKeys, HostKey};
 pub use ignition::{IGNITION_VERSION, ignition_user_data, to_ignition};
 pub use layer::{CloudConfigLayer, LayerPart};
 pub use merge::{MERGE_TYPE, merge};

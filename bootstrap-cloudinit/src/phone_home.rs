@@ -220,7 +220,7 @@ impl PhoneHomeCheck {
 
 #[async_trait]
 impl CompletionCheck for PhoneHomeCheck {
-    fn user_data_parts(&self) -> Vec<UserDataPart> {
+    fn user_data_parts(&self, _spec: &machine_core::MachineSpec) -> Vec<UserDataPart> {
         let config = CloudConfig {
             phone_home: Some(self.phone_home()),
             ..CloudConfig::default()

@@ -51,7 +51,7 @@ async fn coupled_layers_and_pinned_host_keys_through_the_composer() {
         .decoupled(Arc::new(
             StepLayer::new("app", vec![Step::run("true")]).unwrap(),
         ))
-        .connector(Arc::new(keys.pinning(recording.clone())))
+        .connector(recording.clone())
         .completion(Arc::new(SentinelFile::default()))
         .build()
         .unwrap();

@@ -48,7 +48,9 @@ async fn cloud_init_phone_home_completes_the_machine() {
             .unwrap(),
     );
     let check = PhoneHomeCheck::new(listener.clone(), "127.0.0.1");
-    let parts = check.user_data_parts();
+    let parts = check.user_data_parts(&machine_core::MachineSpec::new(
+        machine_core::MachineName::new("web-1").unwrap(),
+    ));
     assert_eq!(parts.len(), 1);
     let doc = String::from_utf8(parts[0].content.clone()).unwrap();
     peers::assert_valid_cloud_config(&doc);

@@ -79,8 +79,9 @@ pub enum Completion {
 /// `phone_home`), which the composer appends after every layer's parts.
 #[async_trait]
 pub trait CompletionCheck: Send + Sync {
-    /// Parts to append to the user data so that the machine signals completion.
-    fn user_data_parts(&self) -> Vec<UserDataPart>;
+    /// Parts to append to `spec`'s user data so that the machine signals completion
+    /// (the spec lets a check name the machine, say in a callback URL).
+    fn user_data_parts(&self, spec: &MachineSpec) -> Vec<UserDataPart>;
 
     /// Looks at the machine once; never waits.
     async fn check(&self, machine: &Machine, transport: &dyn Transport) -> Result<Completion>;
@@ -117,7 +118,7 @@ impl Default for SentinelFile {
 
 #[async_trait]
 impl CompletionCheck for SentinelFile {
-    fn user_data_parts(&self) -> Vec<UserDataPart> {
+    fn user_data_parts(&self, _spec: &MachineSpec) -> Vec<UserDataPart> {
         let quoted = shlex::try_quote(&self.path).map_or_else(|_| "''".into(), |q| q.into_owned());
         let script = format!(
             "#!/bin/sh\nset -eu\nmkdir -p \"$(dirname {quoted})\"\necho success > {quoted}\n"

@@ -157,3 +157,27 @@ async fn rate_limit_spaces_calls() {
     );
     assert_eq!(cloud.api_calls(), 60);
 }
+
+#[tokio::test]
+async fn sim_host_keys_are_well_formed_openssh_ed25519_keys() {
+    use base64::Engine;
+    let cloud = SimCloud::new();
+    let p = sim(&cloud, SimConfig::default());
+    let m = p
+        .create(
+            &MachineSpec::new(machine_core::MachineName::new("keys").unwrap()),
+            None,
+        )
+        .await
+        .unwrap();
+    let key = &m.access.host_keys[0];
+    let mut fields = key.split(' ');
+    assert_eq!(fields.next(), Some("ssh-ed25519"));
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(fields.next().unwrap())
+        .unwrap();
+    assert_eq!(&blob[..4], &11u32.to_be_bytes());
+    assert_eq!(&blob[4..15], b"ssh-ed25519");
+    assert_eq!(&blob[15..19], &32u32.to_be_bytes());
+    assert_eq!(blob.len(), 19 + 32);
+}

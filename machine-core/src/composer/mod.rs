@@ -353,7 +353,7 @@ impl Composer {
             return Ok(None);
         }
         if let Some(check) = &self.completion {
-            parts.extend(check.user_data_parts());
+            parts.extend(check.user_data_parts(spec));
         }
         let Some(assembled) = user_data::assemble(&parts)? else {
             return Ok(None);

@@ -340,13 +340,21 @@ impl SimProvider {
     }
 }
 
+/// A well-formed OpenSSH ed25519 public key line, stable per machine: the key blob is
+/// the SSH wire encoding of the algorithm name and 32 bytes derived from the ID.
 fn sim_host_key(id: &ProviderId) -> String {
     use base64::Engine;
     use sha2::Digest;
-    let digest = sha2::Sha256::digest(id.as_str().as_bytes());
+    const ALGO: &[u8] = b"ssh-ed25519";
+    let key = sha2::Sha256::digest(id.as_str().as_bytes());
+    let mut blob = Vec::with_capacity(4 + ALGO.len() + 4 + key.len());
+    blob.extend_from_slice(&(ALGO.len() as u32).to_be_bytes());
+    blob.extend_from_slice(ALGO);
+    blob.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    blob.extend_from_slice(&key);
     format!(
         "ssh-ed25519 {} sim",
-        base64::engine::general_purpose::STANDARD.encode(digest)
+        base64::engine::general_purpose::STANDARD.encode(blob)
     )
 }
 
