@@ -286,7 +286,7 @@ async fn not_found_right_after_create_is_retried_and_later_is_not_found() {
     // So does the creator once its consistency window has passed.
     let short = provider_aws::AwsProvider::new(
         common::config(&proxy.endpoint, &owner)
-            .consistency_window(Duration::from_millis(200))
+            .consistency_window(Duration::from_secs(2))
             .build()
             .unwrap(),
     )
@@ -298,7 +298,7 @@ async fn not_found_right_after_create_is_retried_and_later_is_not_found() {
         short.get(&m2.provider_id).await.unwrap_err().kind(),
         ErrorKind::Transient
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     proxy.script("DescribeInstances", 400, "InvalidInstanceID.NotFound", 1);
     assert_eq!(
         short.get(&m2.provider_id).await.unwrap_err().kind(),
