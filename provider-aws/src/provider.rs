@@ -620,7 +620,10 @@ mod tests {
             assert_eq!(ud.format, format, "{text:?}");
             assert_eq!(ud.encoding, ContentEncoding::Identity);
         }
-        let gz = machine_core::user_data::gzip(b"#cloud-config\nruncmd: []\n");
+        let gz = machine_core::user_data::gzip(
+            b"#cloud-config\nruncmd: []\n",
+            machine_core::user_data::GZIP_BEST_LEVEL,
+        );
         let ud = sniff(gz);
         assert_eq!(ud.encoding, ContentEncoding::Gzip);
         assert_eq!(ud.format, UserDataFormat::CloudConfig);

@@ -6,7 +6,8 @@ mod common;
 use std::collections::BTreeMap;
 
 use machine_core::{
-    ErrorKind, MachineProvisioner, MachineSpec, UserData, UserDataFormat, user_data::gzip,
+    ErrorKind, MachineProvisioner, MachineSpec, UserData, UserDataFormat,
+    user_data::{GZIP_BEST_LEVEL, gzip},
 };
 use provider_aws::{AwsConfig, AwsProvider};
 use serde_json::json;
@@ -141,7 +142,7 @@ async fn gzip_user_data_counts_its_compressed_size() {
     let ud = UserData {
         format: UserDataFormat::CloudConfig,
         encoding: machine_core::ContentEncoding::Gzip,
-        bytes: gzip(text.as_bytes()),
+        bytes: gzip(text.as_bytes(), GZIP_BEST_LEVEL),
     };
     assert!(ud.bytes.len() < 16 * 1024);
     let wire = Tripwire::start().await;
@@ -162,7 +163,7 @@ async fn gzip_user_data_counts_its_compressed_size() {
     let ud = UserData {
         format: UserDataFormat::ShellScript,
         encoding: machine_core::ContentEncoding::Gzip,
-        bytes: gzip(&noise),
+        bytes: gzip(&noise, GZIP_BEST_LEVEL),
     };
     let msg = refused(common::spec("a"), Some(ud), "userData").await;
     assert!(msg.contains("gzip"), "{msg}");

@@ -7,7 +7,8 @@ mod common;
 use machine_core::decorators::Retrying;
 use machine_core::{
     AddressKind, ContentEncoding, ErrorKind, MachineProvisioner, Phase, PowerOp, RetryPolicy,
-    UserData, UserDataFormat, user_data::gzip,
+    UserData, UserDataFormat,
+    user_data::{GZIP_BEST_LEVEL, gzip},
 };
 use serde_json::json;
 
@@ -23,7 +24,7 @@ async fn a_machine_has_addresses_tagged_volumes_user_data_and_power() {
     let ud = UserData {
         format: UserDataFormat::CloudConfig,
         encoding: ContentEncoding::Gzip,
-        bytes: gzip(script.as_bytes()),
+        bytes: gzip(script.as_bytes(), GZIP_BEST_LEVEL),
     };
     let mut spec = common::spec("feat-1")
         .with_label("team", "web")
