@@ -1,4 +1,4 @@
-"""boto3 side of provider-aws's benchmark (run by examples/bench_aws.rs).
+"""boto3 side of provider-aws's benchmark (run by provider-aws/examples/bench_aws.rs).
 
 Makes the same EC2 calls provider-aws makes for each machine, with 32 threads:
 DescribeInstances by tags (the adoption lookup), RunInstances with the same tags and a

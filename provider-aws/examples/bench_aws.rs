@@ -8,7 +8,7 @@
 //!
 //! ```sh
 //! bash scripts/peers/30-moto.sh
-//! cargo run --release -p examples --example bench_aws -- --count 500 --concurrency 32
+//! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32
 //! ```
 
 use std::io::{Read, Write};
@@ -157,7 +157,7 @@ async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Fig
 }
 
 fn bench_boto3(moto: &Moto, count: usize, concurrency: usize) -> Result<Figures> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../provider-aws/bench/boto3_bench.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/boto3_bench.py");
     moto_api(moto.addr, "/moto-api/recorder/reset-recording")?;
     moto_api(moto.addr, "/moto-api/recorder/start-recording")?;
     let out = Command::new(venv().join("bin/python"))

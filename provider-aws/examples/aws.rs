@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! ~/.cache/machine-provisioning/moto/bin/moto_server -H 127.0.0.1 -p 5000 &
-//! AWS_ENDPOINT_URL=http://127.0.0.1:5000 cargo run -p examples --example aws
+//! AWS_ENDPOINT_URL=http://127.0.0.1:5000 cargo run --example aws
 //! ```
 //!
 //! Against real AWS (credentials from the standard chain; the image must exist in the
@@ -13,7 +13,7 @@
 //!
 //! ```sh
 //! AWS_REGION=eu-west-1 PROVIDER_AWS_IMAGE=ami-... PROVIDER_AWS_SUBNET_ID=subnet-... \
-//!   cargo run -p examples --example aws -- --count 2 --keep
+//!   cargo run --example aws -- --count 2 --keep
 //! ```
 //!
 //! Flags: `--count N` (default 3), `--keep` (leave the machines running),
