@@ -87,6 +87,24 @@ impl MachineSpec {
         self
     }
 
+    /// Reads the provider-specific settings (the `provider` field) into the provider's own
+    /// type; `null` (no settings) gives `T::default()`. Errors are invalid-spec errors
+    /// whose field is the path inside the spec, such as `provider.rootVolume.size`.
+    pub fn provider_settings<T: serde::de::DeserializeOwned + Default>(&self) -> Result<T> {
+        if self.provider.is_null() {
+            return Ok(T::default());
+        }
+        serde_path_to_error::deserialize(&self.provider).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." || path.is_empty() {
+                "provider".to_owned()
+            } else {
+                format!("provider.{path}")
+            };
+            Error::invalid_spec(field, e.into_inner().to_string())
+        })
+    }
+
     /// Reads one spec from YAML; errors name the field, line and column.
     pub fn from_yaml(yaml: &str) -> Result<Self> {
         let spec: MachineSpec = from_yaml(yaml)?;
@@ -191,9 +209,22 @@ pub fn check_unique_names(specs: &[MachineSpec]) -> Result<()> {
     Ok(())
 }
 
-/// Reads YAML into `T`. serde-saphyr is used because serde_yaml is archived and serde_yml
-/// unsound; its errors carry the line, column and a snippet of the input.
-pub(crate) fn from_yaml<T: serde::de::DeserializeOwned>(yaml: &str) -> Result<T> {
+/// Reads YAML into `T`: the one YAML reader of the project, for specs, fleets and provider
+/// configuration files. Errors are invalid-spec errors that name the field, line and
+/// column, with a snippet of the input.
+///
+/// serde-saphyr is used because serde_yaml is archived and serde_yml unsound.
+///
+/// ```
+/// #[derive(serde::Deserialize)]
+/// #[serde(deny_unknown_fields)]
+/// struct Inventory { hosts: Vec<String> }
+///
+/// let e = machine_core::from_yaml::<Inventory>("hosts: [a]\nhots: [b]\n").unwrap_err();
+/// assert!(e.to_string().contains("unknown field `hots`"));
+/// assert!(e.to_string().contains("line 2"));
+/// ```
+pub fn from_yaml<T: serde::de::DeserializeOwned>(yaml: &str) -> Result<T> {
     serde_saphyr::from_str(yaml)
         .map_err(|e| Error::new(crate::ErrorKind::InvalidSpec, e.to_string()))
 }
@@ -263,6 +294,37 @@ machines:
         assert_eq!(e.field(), Some("ssh.authorized_keys[0]"));
         let e = MachineSpec::from_yaml("name: a\nssh: {user: \"a b\"}\n").unwrap_err();
         assert_eq!(e.field(), Some("ssh.user"));
+    }
+
+    #[test]
+    fn provider_settings_errors_name_the_path_inside_the_spec() {
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Disk {
+            size: u32,
+        }
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Settings {
+            host: Option<String>,
+            disk: Option<Disk>,
+        }
+        let spec = MachineSpec::from_yaml("name: a\nprovider: {host: h1}\n").unwrap();
+        let s: Settings = spec.provider_settings().unwrap();
+        assert_eq!(s.host.as_deref(), Some("h1"));
+        assert!(s.disk.is_none());
+        let none: Settings = MachineSpec::from_yaml("name: a\n")
+            .unwrap()
+            .provider_settings()
+            .unwrap();
+        assert!(none.host.is_none());
+        let spec = MachineSpec::from_yaml("name: a\nprovider: {disk: {size: big}}\n").unwrap();
+        let e = spec.provider_settings::<Settings>().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+        assert_eq!(e.field(), Some("provider.disk.size"));
+        let spec = MachineSpec::from_yaml("name: a\nprovider: {hots: h1}\n").unwrap();
+        let e = spec.provider_settings::<Settings>().unwrap_err();
+        assert!(e.to_string().contains("unknown field `hots`"), "{e}");
     }
 
     #[test]
