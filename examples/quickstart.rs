@@ -11,20 +11,33 @@
 //!   composer waits for the bootstrap sentinel file;
 //! - decoupled: the machine boots bare; the software is applied over a transport;
 //! - mixed: a base layer coupled, an application layer decoupled.
+//!
+//! The decoupled machine can be a real host instead: give an inventory of existing hosts
+//! (provider-baremetal's static hosts) and the SSH flags of the `ssh` example. It then
+//! claims a host of the inventory, applies a harmless layer over SSH (a file under
+//! `/var/tmp/machine-core-quickstart`, `uname`), shows the file and releases the host.
+//!
+//! ```text
+//! cargo run --example quickstart -- --hosts inventory.yaml [--key PATH | --agent]
+//!     [--known-hosts PATH] [--accept-new | --insecure]
+//! ```
 
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, User, WriteFile};
-use examples::{TimelineRow, print_progress, timeline_table};
+use bootstrap_ssh::SshConnector;
+use examples::{SSH_USAGE, SshFlags, TimelineRow, print_progress, timeline_table};
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
-    CancellationToken, Composer, ComposerSettings, EventSink, FleetSpec, MachineProvisioner,
-    SentinelFile,
+    CancellationToken, Composer, ComposerSettings, Connector, EventSink, FleetSpec,
+    MachineProvisioner, SentinelFile,
 };
+use provider_baremetal::{StaticHostsConfig, StaticHostsProvider};
 
 const FLEET: &str = "
 machines:
@@ -41,11 +54,55 @@ machines:
     ssh: {user: ops}
 ";
 
+/// Where the layer applied to a real host writes, and keeps its step state: a place any
+/// user may write and that nothing else uses.
+const REAL_HOST_DIR: &str = "/var/tmp/machine-core-quickstart";
+
+/// The decoupled machine on a real host: the inventory's provider and the SSH connector.
+struct RealHosts {
+    provider: Arc<StaticHostsProvider>,
+    connector: Arc<SshConnector>,
+}
+
+/// `--hosts FILE` and the SSH flags, or nothing for the all-simulated quickstart.
+fn real_hosts() -> anyhow::Result<Option<RealHosts>> {
+    let mut ssh = SshFlags::default();
+    let mut hosts: Option<PathBuf> = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        if ssh.take(&a, &mut it)? {
+            continue;
+        }
+        match a.as_str() {
+            "--hosts" => hosts = Some(it.next().context("--hosts needs a file")?.into()),
+            "-h" | "--help" => {
+                println!("usage: quickstart [--hosts INVENTORY.yaml {SSH_USAGE}]");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other} (see --help)"),
+        }
+    }
+    let Some(path) = hosts else {
+        return Ok(None);
+    };
+    let yaml = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading the inventory {}", path.display()))?;
+    let inventory = StaticHostsConfig::from_yaml(&yaml)
+        .with_context(|| format!("in the inventory {}", path.display()))?;
+    let connector = Arc::new(SshConnector::new(ssh.config()?));
+    let provider = Arc::new(StaticHostsProvider::new(inventory, connector.clone())?);
+    Ok(Some(RealHosts {
+        provider,
+        connector,
+    }))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
+    let real = real_hosts()?;
 
     // The simulated cloud: machines take 0.5 to 1.5 s to boot.
     let cloud = SimCloud::new();
@@ -88,20 +145,44 @@ async fn main() -> anyhow::Result<()> {
         vec![
             Step::write_file_mode(
                 "/opt/hello/run.sh",
-                "#!/bin/sh\nexec python3 -m http.server 8080\n",
+                "#!/bin/sh\nexec python3 -m http.server --bind 127.0.0.1 --directory /opt/hello 8080\n",
                 0o755,
             ),
             Step::run("systemd-run --unit hello /opt/hello/run.sh"),
         ],
     )?);
 
-    // One composer per mode, all on one provider and one event stream.
+    // What a real host gets instead: harmless, idempotent, and readable afterwards.
+    let hello = Arc::new(
+        StepLayer::new(
+            "hello",
+            vec![
+                Step::write_file(
+                    format!("{REAL_HOST_DIR}/hello.txt"),
+                    "Provisioned by machine-core's quickstart.\n",
+                ),
+                Step::run("uname -srm"),
+            ],
+        )?
+        .with_state_dir(format!("{REAL_HOST_DIR}/state"))?,
+    );
+
+    // One composer per mode, all on one event stream; all on the simulator unless the
+    // decoupled machine goes to a real host.
     let events = EventSink::default();
     let settings = ComposerSettings {
         poll_interval: Duration::from_millis(100),
         ..ComposerSettings::default()
     };
     let build = |label: &str| -> anyhow::Result<Composer> {
+        if let (Some(real), "decoupled") = (&real, label) {
+            return Ok(Composer::builder(real.provider.clone())
+                .settings(settings.clone())
+                .events(events.clone())
+                .connector(real.connector.clone())
+                .decoupled(hello.clone())
+                .build()?);
+        }
         let b = Composer::builder(provider.clone())
             .settings(settings.clone())
             .events(events.clone())
@@ -121,10 +202,17 @@ async fn main() -> anyhow::Result<()> {
     };
 
     let fleet = FleetSpec::from_yaml(FLEET)?;
-    println!(
-        "Provisioning {} machines on the simulator (coupled, decoupled, mixed)\n",
-        fleet.machines.len()
-    );
+    match &real {
+        None => println!(
+            "Provisioning {} machines on the simulator (coupled, decoupled, mixed)\n",
+            fleet.machines.len()
+        ),
+        Some(r) => println!(
+            "Provisioning {} machines: coupled and mixed on the simulator, decoupled on {}\n",
+            fleet.machines.len(),
+            r.provider
+        ),
+    }
     let start = SystemTime::now();
     let stop = CancellationToken::new();
     let printer = print_progress(&events, start, stop.clone());
@@ -171,6 +259,23 @@ async fn main() -> anyhow::Result<()> {
     println!("\nWhat each machine got:");
     for (mode, p) in &done {
         let id = &p.machine.provider_id;
+        if let (Some(r), "decoupled") = (&real, mode.as_str()) {
+            let ssh = p
+                .machine
+                .access
+                .ssh
+                .as_ref()
+                .context("the host's SSH endpoint")?;
+            println!(
+                "{} ({mode}, {id}, {}@{}:{})",
+                p.machine.name, ssh.user, ssh.host, ssh.port
+            );
+            let path = format!("{REAL_HOST_DIR}/hello.txt");
+            let t = r.connector.connect(&p.machine).await?;
+            let text = t.read_file(&path, 4096).await?.unwrap_or_default();
+            println!("  file: {path}: {}", String::from_utf8_lossy(&text).trim());
+            continue;
+        }
         let user_data = provider.user_data(id).await?;
         let host = cloud.host(id).context("simulated host")?;
         println!("{} ({mode}, {id})", p.machine.name);
@@ -206,9 +311,25 @@ async fn main() -> anyhow::Result<()> {
 
     println!("\nTearing down:");
     let teardown = Composer::builder(provider.clone())
-        .settings(settings)
+        .settings(settings.clone())
         .build()?;
-    let names: Vec<_> = done.iter().map(|(_, p)| p.machine.name.clone()).collect();
+    let mut names = Vec::new();
+    for (mode, p) in &done {
+        let name = p.machine.name.clone();
+        match (&real, mode.as_str()) {
+            (Some(r), "decoupled") => {
+                // Releasing a real host frees its claim; its software stays.
+                Composer::builder(r.provider.clone())
+                    .settings(settings.clone())
+                    .build()?
+                    .deprovision(&name, &cancel)
+                    .await
+                    .with_context(|| format!("releasing {name}"))?;
+                println!("  {name}: host {} released", p.machine.provider_id);
+            }
+            _ => names.push(name),
+        }
+    }
     for (name, r) in teardown
         .deprovision_fleet(
             &names,

@@ -12,53 +12,39 @@
 //! `--accept-new` trusts and records the keys of hosts not in that file yet;
 //! `--insecure` trusts any key and warns on every connection.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use bootstrap_ssh::{
-    Auth, HostKeyPolicy, JumpHost, LayerRunner, SshConfig, SshConnector, SshTarget, os,
-};
+use bootstrap_ssh::{LayerRunner, SshConnector, SshTarget, os};
+use examples::{SSH_USAGE, SshFlags};
 use machine_core::steps::{Step, StepLayer};
-use machine_core::{Access, Machine, MachineName, Phase, ProviderId, SecretString, SshEndpoint};
+use machine_core::{Access, Machine, MachineName, Phase, ProviderId, SshEndpoint};
 
 struct Args {
-    user: String,
-    auth: Vec<Auth>,
-    policy: HostKeyPolicy,
-    jump: Option<SshTarget>,
-    sudo: bool,
+    ssh: SshFlags,
     concurrency: usize,
     hosts: Vec<SshTarget>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let mut user = std::env::var("USER").unwrap_or_else(|_| "root".into());
-    let (mut key, mut pass_env, mut agent) = (None::<PathBuf>, None::<String>, false);
-    let (mut known_hosts, mut accept_new, mut insecure) = (None::<PathBuf>, false, false);
-    let (mut jump, mut sudo, mut concurrency, mut hosts) = (None, false, 16, Vec::new());
+    let mut ssh = SshFlags::default();
+    let (mut concurrency, mut hosts) = (16, Vec::new());
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let mut val = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
+        if ssh.take(&a, &mut it)? {
+            continue;
+        }
         match a.as_str() {
-            "--user" => user = val("--user")?,
-            "--key" => key = Some(val("--key")?.into()),
-            "--passphrase-env" => pass_env = Some(val("--passphrase-env")?),
-            "--agent" => agent = true,
-            "--known-hosts" => known_hosts = Some(val("--known-hosts")?.into()),
-            "--accept-new" => accept_new = true,
-            "--insecure" => insecure = true,
-            "--jump" => jump = Some(val("--jump")?),
-            "--sudo" => sudo = true,
             "--concurrency" => {
-                concurrency = val("--concurrency")?.parse().context("--concurrency")?
+                concurrency = it
+                    .next()
+                    .context("--concurrency needs a value")?
+                    .parse()
+                    .context("--concurrency")?
             }
             "-h" | "--help" => {
-                println!(
-                    "usage: ssh [--user U] [--key PATH [--passphrase-env VAR] | --agent] [--known-hosts PATH] [--accept-new | --insecure] [--jump HOST] [--sudo] [--concurrency N] HOST[:PORT]..."
-                );
+                println!("usage: ssh {SSH_USAGE} [--concurrency N] HOST[:PORT]...");
                 std::process::exit(0);
             }
             flag if flag.starts_with("--") => bail!("unknown option {flag}"),
@@ -68,48 +54,13 @@ fn parse_args() -> anyhow::Result<Args> {
     if hosts.is_empty() {
         bail!("give at least one HOST[:PORT] (see --help)");
     }
-    let policy = match (insecure, accept_new) {
-        (true, true) => bail!("--insecure and --accept-new exclude each other"),
-        (true, false) => HostKeyPolicy::Insecure,
-        (false, true) => HostKeyPolicy::AcceptNew {
-            known_hosts: known_hosts
-                .unwrap_or_else(|| PathBuf::from(&home).join(".ssh/known_hosts")),
-        },
-        (false, false) => HostKeyPolicy::Verify { known_hosts },
-    };
-    let passphrase = match pass_env {
-        Some(var) => Some(SecretString::from(
-            std::env::var(&var).with_context(|| format!("{var} is not set"))?,
-        )),
-        None => None,
-    };
-    let mut auth = Vec::new();
-    if agent {
-        auth.push(Auth::agent());
-    }
-    match key {
-        Some(k) => auth.push(Auth::key_file(k, passphrase)?),
-        None if !agent => {
-            for name in ["id_ed25519", "id_ecdsa", "id_rsa"] {
-                let p = PathBuf::from(&home).join(".ssh").join(name);
-                if p.exists() {
-                    auth.push(Auth::key_file(p, passphrase.clone())?);
-                }
-            }
-        }
-        None => {}
-    }
+    let user = ssh.user();
     let hosts = hosts
         .iter()
         .map(|h| SshTarget::parse(h, &user))
         .collect::<Result<Vec<_>, _>>()?;
-    let jump = jump.map(|j| SshTarget::parse(&j, &user)).transpose()?;
     Ok(Args {
-        user,
-        auth,
-        policy,
-        jump,
-        sudo,
+        ssh,
         concurrency,
         hosts,
     })
@@ -121,15 +72,7 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
         .init();
     let args = parse_args()?;
-    let mut config = SshConfig::new(args.auth)
-        .with_host_keys(args.policy)
-        .with_sudo(args.sudo);
-    if let Some(j) = args.jump {
-        config = config.with_jump_host(JumpHost {
-            target: j,
-            pins: Vec::new(),
-        });
-    }
+    let config = args.ssh.config()?;
     let machines: Vec<Machine> = args
         .hosts
         .iter()
@@ -151,10 +94,11 @@ async fn main() -> anyhow::Result<()> {
             Ok(m)
         })
         .collect::<anyhow::Result<_>>()?;
-    let state_dir = if args.user == "root" || args.sudo {
+    let user = args.ssh.user();
+    let state_dir = if user == "root" || args.ssh.sudo {
         "/var/lib/machine-core/layers".to_owned()
     } else {
-        format!("/home/{}/.machine-core", args.user)
+        format!("/home/{user}/.machine-core")
     };
     let layer = StepLayer::new(
         "bootstrap-ssh-example",

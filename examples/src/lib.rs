@@ -1,4 +1,9 @@
-//! Shared pieces of the example programs: live progress lines and timeline tables.
+//! Shared pieces of the example programs: live progress lines, timeline tables and the
+//! SSH flags.
+
+mod ssh_flags;
+
+pub use ssh_flags::{SSH_USAGE, SshFlags};
 
 use std::time::SystemTime;
 

@@ -1,0 +1,101 @@
+//! The quickstart's decoupled machine pointed at a real host: the built quickstart
+//! binary runs with an inventory naming a real sshd on a loopback port, claims it,
+//! applies its layer over SSH, shows the file it wrote and releases the host.
+
+#[path = "../../bootstrap-ssh/tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use support::{Sshd, SshdOptions};
+
+/// The quickstart example binary, which `cargo test` builds beside the tests.
+fn quickstart() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|debug| debug.join("examples").join("quickstart"))
+        .unwrap();
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p examples --example quickstart` (cargo test builds it)",
+        bin.display()
+    );
+    bin
+}
+
+#[test]
+fn the_decoupled_machine_runs_on_a_real_host_given_by_an_inventory() {
+    let claims = std::env::temp_dir().join(format!("qs-claims-{}", support::unique()));
+    let sshd = Sshd::with(SshdOptions {
+        private_dir: Some(claims.clone()),
+        ..SshdOptions::default()
+    });
+    let inventory = sshd.dir.path().join("inventory.yaml");
+    std::fs::write(
+        &inventory,
+        format!(
+            "owner: quickstart-test\nclaim_dir: {}\nhosts:\n  - name: box-1\n    address: {}\n    port: {}\n    host_keys: [\"{}\"]\n",
+            claims.display(),
+            sshd.host,
+            sshd.port,
+            sshd.host_key_pub
+        ),
+    )
+    .unwrap();
+    let out = Command::new(quickstart())
+        .args(["--hosts", inventory.to_str().unwrap()])
+        .args(["--key", sshd.client_key.to_str().unwrap()])
+        // Only the inventory's pinned key is trusted: no known_hosts file to fall back on.
+        .args(["--known-hosts", "/nonexistent/known_hosts"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "quickstart failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("decoupled on static-hosts(owner=quickstart-test, 1 hosts)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "decoupled-1 (decoupled, static:///box-1, root@{}:{})",
+            sshd.host, sshd.port
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("hello.txt: Provisioned by machine-core's quickstart."),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("decoupled-1: host static:///box-1 released"),
+        "{stdout}"
+    );
+    // The simulated machines are still made and torn down beside it.
+    assert!(stdout.contains("coupled-1: deleted"), "{stdout}");
+}
+
+#[test]
+fn a_bad_inventory_is_refused_with_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = dir.path().join("inventory.yaml");
+    std::fs::write(
+        &inventory,
+        "hosts:\n  - name: box-1\n    address: h\n    port: 0\n",
+    )
+    .unwrap();
+    let out = Command::new(quickstart())
+        .args(["--hosts", inventory.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("hosts[0].port"), "{stderr}");
+    assert!(stderr.contains("inventory.yaml"), "{stderr}");
+}
