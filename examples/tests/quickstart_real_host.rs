@@ -37,7 +37,7 @@ fn the_decoupled_machine_runs_on_a_real_host_given_by_an_inventory() {
     std::fs::write(
         &inventory,
         format!(
-            "owner: quickstart-test\nclaim_dir: {}\nhosts:\n  - name: box-1\n    address: {}\n    port: {}\n    host_keys: [\"{}\"]\n",
+            "owner: quickstart-test\nclaimDir: {}\nhosts:\n  - name: box-1\n    address: {}\n    port: {}\n    hostKeys: [\"{}\"]\n",
             claims.display(),
             sshd.host,
             sshd.port,

@@ -196,6 +196,7 @@ fn default_ssh_port() -> u16 {
 
 /// The status of one aspect of a machine, in the style of Kubernetes conditions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Condition {
     /// What the condition is about, in CamelCase: `InfrastructureReady`, `Reachable`,
     /// `BootstrapComplete`, `LayerApplied/<layer>`.

@@ -41,7 +41,7 @@ pub struct MachineSpec {
 
 /// SSH access wanted on a machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SshAccess {
     /// The user to log in as.
     pub user: String,
@@ -158,7 +158,7 @@ impl MachineSpec {
                 );
                 if !ok {
                     return Err(Error::invalid_spec(
-                        format!("ssh.authorized_keys[{i}]"),
+                        format!("ssh.authorizedKeys[{i}]"),
                         "not an OpenSSH public key (\"ssh-ed25519 AAAA... comment\")",
                     ));
                 }
@@ -242,7 +242,7 @@ machines:
     labels: {team: web}
     ssh:
       user: ops
-      authorized_keys: [\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE ops@laptop\"]
+      authorizedKeys: [\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE ops@laptop\"]
     provider: {subnet: subnet-1, tags: {a: b}}
   - name: db-1
 ";
@@ -289,9 +289,9 @@ machines:
     fn bad_labels_and_keys_name_the_field() {
         let e = MachineSpec::from_yaml("name: a\nlabels: {\"bad key\": x}\n").unwrap_err();
         assert_eq!(e.field(), Some("labels.bad key"));
-        let e = MachineSpec::from_yaml("name: a\nssh: {user: ops, authorized_keys: [hello]}\n")
+        let e = MachineSpec::from_yaml("name: a\nssh: {user: ops, authorizedKeys: [hello]}\n")
             .unwrap_err();
-        assert_eq!(e.field(), Some("ssh.authorized_keys[0]"));
+        assert_eq!(e.field(), Some("ssh.authorizedKeys[0]"));
         let e = MachineSpec::from_yaml("name: a\nssh: {user: \"a b\"}\n").unwrap_err();
         assert_eq!(e.field(), Some("ssh.user"));
     }

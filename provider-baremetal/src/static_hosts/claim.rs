@@ -18,6 +18,7 @@ const MAX_CLAIM_BYTES: usize = 64 * 1024;
 
 /// What a claimed host records about the machine it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct Claim {
     pub version: u32,
     pub owner: String,

@@ -22,7 +22,7 @@ pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 ///   - name: rack1-a
 ///     address: 10.0.0.5
 ///     user: root
-///     host_keys: ["ssh-ed25519 AAAAC3Nza..."]
+///     hostKeys: ["ssh-ed25519 AAAAC3Nza..."]
 ///     labels: {rack: r1}
 ///   - name: rack1-b
 ///     address: rack1-b.example.net
@@ -31,7 +31,7 @@ pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 ///     sudo: true
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StaticHostsConfig {
     /// The owner recorded in every claim this provider makes and the only owner whose
     /// claims it sees as its machines.
@@ -49,7 +49,7 @@ pub struct StaticHostsConfig {
 
 /// One existing host of the inventory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HostEntry {
     /// The host's inventory name, a DNS label; its provider ID is `static:///<name>`.
     pub name: String,
@@ -130,7 +130,7 @@ impl StaticHostsConfig {
             || !self.claim_dir.chars().all(|c| safe_char(c) || c == '/')
         {
             return Err(Error::invalid_spec(
-                "claim_dir",
+                "claimDir",
                 format!(
                     "{:?} must be an absolute path of a-z, A-Z, 0-9, '-', '_', '.', '/'",
                     self.claim_dir
@@ -138,7 +138,7 @@ impl StaticHostsConfig {
             ));
         }
         if self.probe_timeout.is_zero() {
-            return Err(Error::invalid_spec("probe_timeout", "must be above zero"));
+            return Err(Error::invalid_spec("probeTimeout", "must be above zero"));
         }
         if self.hosts.is_empty() {
             return Err(Error::invalid_spec("hosts", "the inventory has no hosts"));
@@ -240,7 +240,7 @@ impl HostEntry {
             );
             if !ok {
                 return Err(Error::invalid_spec(
-                    format!("host_keys[{i}]"),
+                    format!("hostKeys[{i}]"),
                     "not an OpenSSH public key (\"ssh-ed25519 AAAA...\")",
                 ));
             }
@@ -268,12 +268,12 @@ mod tests {
 
     const INVENTORY: &str = "\
 owner: team-a
-claim_dir: /srv/claims
-probe_timeout: 3s
+claimDir: /srv/claims
+probeTimeout: 3s
 hosts:
   - name: rack1-a
     address: 10.0.0.5
-    host_keys: [\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE rack1-a\"]
+    hostKeys: [\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE rack1-a\"]
     labels: {rack: r1}
   - name: rack1-b
     address: rack1-b.example.net
@@ -310,7 +310,7 @@ hosts:
             StaticHostsConfig::from_yaml("hosts:\n  - name: a\n    address: x\n    port: 70000\n")
                 .unwrap_err();
         assert!(e.to_string().contains("line 4"), "{e}");
-        let e = StaticHostsConfig::from_yaml("probe_timeout: soon\nhosts: []\n").unwrap_err();
+        let e = StaticHostsConfig::from_yaml("probeTimeout: soon\nhosts: []\n").unwrap_err();
         assert!(e.to_string().contains("line 1"), "{e}");
     }
 
@@ -330,8 +330,8 @@ hosts:
                 "hosts[0].user",
             ),
             (
-                "hosts: [{name: a, address: x, host_keys: [nonsense]}]\n",
-                "hosts[0].host_keys[0]",
+                "hosts: [{name: a, address: x, hostKeys: [nonsense]}]\n",
+                "hosts[0].hostKeys[0]",
             ),
             (
                 "hosts: [{name: a, address: x, labels: {\"a b\": c}}]\n",
@@ -342,17 +342,17 @@ hosts:
                 "hosts[1].name",
             ),
             (
-                "claim_dir: relative\nhosts: [{name: a, address: x}]\n",
-                "claim_dir",
+                "claimDir: relative\nhosts: [{name: a, address: x}]\n",
+                "claimDir",
             ),
             (
-                "claim_dir: \"/a b\"\nhosts: [{name: a, address: x}]\n",
-                "claim_dir",
+                "claimDir: \"/a b\"\nhosts: [{name: a, address: x}]\n",
+                "claimDir",
             ),
             ("owner: \"\"\nhosts: [{name: a, address: x}]\n", "owner"),
             (
-                "probe_timeout: 0s\nhosts: [{name: a, address: x}]\n",
-                "probe_timeout",
+                "probeTimeout: 0s\nhosts: [{name: a, address: x}]\n",
+                "probeTimeout",
             ),
         ];
         for (yaml, field) in cases {
