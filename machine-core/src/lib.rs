@@ -74,7 +74,9 @@ pub use retry::RetryPolicy;
 pub use software::{
     CAPI_SENTINEL, Completion, CompletionCheck, Mode, SentinelFile, SoftwareProvisioner,
 };
-pub use spec::{FleetSpec, MachineSpec, SshAccess, check_unique_names, from_yaml};
+pub use spec::{
+    FleetSpec, MachineSpec, SshAccess, check_ssh_public_key, check_unique_names, from_yaml,
+};
 pub use transport::{
     Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, RemoteShell, Transport,
 };

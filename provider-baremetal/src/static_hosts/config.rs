@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use machine_core::{Error, Labels, Result, check_dns_label};
+use machine_core::{Error, Labels, Result, check_dns_label, check_ssh_public_key};
 use serde::{Deserialize, Serialize};
 
 /// Where claims live on a host unless the inventory says otherwise.
@@ -231,19 +231,7 @@ impl HostEntry {
             ));
         }
         for (i, key) in self.host_keys.iter().enumerate() {
-            let mut parts = key.split_whitespace();
-            let ok = matches!(
-                (parts.next(), parts.next()),
-                (Some(algo), Some(blob))
-                    if (algo.starts_with("ssh-") || algo.starts_with("ecdsa-") || algo.starts_with("sk-"))
-                        && blob.starts_with("AAAA")
-            );
-            if !ok {
-                return Err(Error::invalid_spec(
-                    format!("hostKeys[{i}]"),
-                    "not an OpenSSH public key (\"ssh-ed25519 AAAA...\")",
-                ));
-            }
+            check_ssh_public_key(&format!("hostKeys[{i}]"), key)?;
         }
         for (k, v) in &self.labels {
             if k.is_empty() || !k.chars().all(safe_char) || !v.chars().all(safe_char) {
