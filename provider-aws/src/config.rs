@@ -1,10 +1,12 @@
 //! How to reach EC2 and what to launch by default: [`AwsConfig`], built with
-//! [`AwsConfigBuilder`] or read from the environment with [`AwsConfig::from_env`].
+//! [`AwsConfigBuilder`], read from the environment with [`AwsConfig::from_env`] or from
+//! a YAML document with [`AwsConfig::from_yaml`].
 
 use std::fmt;
 use std::time::Duration;
 
-use machine_core::{Error, Result, SecretString};
+use machine_core::{Error, ErrorKind, Result, SecretString};
+use serde::{Deserialize, Deserializer};
 
 use crate::settings::{self, Ec2Settings};
 
@@ -48,9 +50,9 @@ impl fmt::Debug for CredentialSource {
     }
 }
 
-/// The configuration of an [`crate::AwsProvider`]. Build it with [`AwsConfig::builder`]
-/// or [`AwsConfig::from_env`]; [`AwsConfigBuilder::build`] checks every field before any
-/// call is made.
+/// The configuration of an [`crate::AwsProvider`]. Build it with [`AwsConfig::builder`],
+/// [`AwsConfig::from_env`] or [`AwsConfig::from_yaml`]; [`AwsConfigBuilder::build`]
+/// checks every field before any call is made.
 #[derive(Debug, Clone)]
 pub struct AwsConfig {
     pub(crate) region: String,
@@ -98,6 +100,61 @@ impl AwsConfig {
         AwsConfigBuilder::from_lookup(|k| std::env::var(k).ok())
     }
 
+    /// A builder filled from a YAML document, for a config kept in a file. Keys are the
+    /// builder's settings in camelCase, the names [`AwsConfigBuilder::build`]'s errors
+    /// use; every key is optional (only `region` is required, and only by `build`), and
+    /// what a document leaves out keeps the builder's default. The environment is not
+    /// read.
+    ///
+    /// ```yaml
+    /// region: eu-west-1
+    /// endpointUrl: http://127.0.0.1:5000    # moto, LocalStack, a VPC endpoint
+    /// owner: ci-cluster
+    /// image: ami-0123456789abcdef0
+    /// instanceType: t3.small
+    /// defaults:                             # Ec2Settings, as under a spec's `provider:`
+    ///   subnetId: subnet-0a1b2c3d4e5f60718
+    ///   securityGroupIds: [sg-0123456789abcdef0]
+    ///   keyName: ops
+    ///   sshUser: admin
+    ///   rootVolume: {sizeGiB: 20, type: gp3}
+    ///   tags: {CostCenter: "42"}
+    /// sdkMaxAttempts: 1
+    /// connectTimeout: 5s                    # humantime durations: 500ms, 30s, 2m
+    /// attemptTimeout: 30s
+    /// consistencyWindow: 1m
+    /// hostKeyDiscovery: true
+    /// credentials:                          # leave out for the standard chain
+    ///   accessKeyId: AKIDEXAMPLE
+    ///   secretAccessKey: wJalrXUtnFEMI      # kept as a SecretString
+    ///   sessionToken: FwoGZXIvYXdzE         # optional
+    /// ```
+    ///
+    /// It returns the builder, as [`AwsConfig::from_env`] does, so that a caller can
+    /// override fields (a region from the command line, keys from a secret store) before
+    /// [`AwsConfigBuilder::build`] checks them:
+    ///
+    /// ```
+    /// use provider_aws::AwsConfig;
+    ///
+    /// let config = AwsConfig::from_yaml("region: eu-west-1\nowner: ci-cluster\n")?
+    ///     .instance_type("m7g.large")
+    ///     .build()?;
+    /// assert_eq!(config.owner(), "ci-cluster");
+    /// # Ok::<(), machine_core::Error>(())
+    /// ```
+    ///
+    /// Unknown keys are refused, and so are values of the wrong type, such as a duration
+    /// without a unit: the error is an invalid-spec error whose [`Error::field`] is the
+    /// key's path (`defaults.rootVolume.sizeGiB`, `connectTimeout`) and whose message
+    /// gives the line and column. Messages never show the lines around the mistake, and
+    /// never a value under `credentials`, so that a secret does not end up in a log.
+    /// Values are checked by [`AwsConfigBuilder::build`].
+    pub fn from_yaml(yaml: &str) -> Result<AwsConfigBuilder> {
+        let file: AwsConfigFile = read_yaml(yaml)?;
+        Ok(file.apply(AwsConfigBuilder::default()))
+    }
+
     /// The region.
     pub fn region(&self) -> &str {
         &self.region
@@ -117,6 +174,175 @@ impl AwsConfig {
     pub fn defaults(&self) -> &Ec2Settings {
         &self.defaults
     }
+
+    /// Where credentials come from (its Debug never shows a secret).
+    pub fn credentials(&self) -> &CredentialSource {
+        &self.credentials
+    }
+
+    /// The image used when a spec names none.
+    pub fn image(&self) -> Option<&str> {
+        self.image.as_deref()
+    }
+
+    /// The instance type used when a spec's `size` is empty.
+    pub fn instance_type(&self) -> &str {
+        &self.instance_type
+    }
+
+    /// How many attempts the SDK makes per API call.
+    pub fn sdk_max_attempts(&self) -> u32 {
+        self.sdk_max_attempts
+    }
+
+    /// How long to wait for a connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// How long one HTTP attempt may take.
+    pub fn attempt_timeout(&self) -> Duration {
+        self.attempt_timeout
+    }
+
+    /// For how long after a create `InvalidInstanceID.NotFound` is transient.
+    pub fn consistency_window(&self) -> Duration {
+        self.consistency_window
+    }
+
+    /// Whether `get` reads SSH host keys from the console.
+    pub fn host_key_discovery(&self) -> bool {
+        self.host_key_discovery
+    }
+}
+
+/// The YAML form of [`AwsConfigBuilder`]: every key optional, unknown keys refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AwsConfigFile {
+    region: Option<String>,
+    endpoint_url: Option<String>,
+    owner: Option<String>,
+    image: Option<String>,
+    instance_type: Option<String>,
+    defaults: Option<Ec2Settings>,
+    sdk_max_attempts: Option<u32>,
+    #[serde(default, with = "humantime_serde")]
+    connect_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    attempt_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    consistency_window: Option<Duration>,
+    host_key_discovery: Option<bool>,
+    credentials: Option<StaticCredentials>,
+}
+
+/// `credentials:` in YAML: static keys, the secret ones read straight into
+/// [`SecretString`]s.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct StaticCredentials {
+    access_key_id: String,
+    #[serde(deserialize_with = "secret")]
+    secret_access_key: SecretString,
+    #[serde(default, deserialize_with = "optional_secret")]
+    session_token: Option<SecretString>,
+}
+
+fn secret<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<SecretString, D::Error> {
+    String::deserialize(d).map(SecretString::from)
+}
+
+fn optional_secret<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<SecretString>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.map(SecretString::from))
+}
+
+impl AwsConfigFile {
+    /// Sets on `b` what the document gives, leaving the rest as it was.
+    fn apply(self, mut b: AwsConfigBuilder) -> AwsConfigBuilder {
+        fn set<T>(field: &mut T, value: Option<T>) {
+            if let Some(v) = value {
+                *field = v;
+            }
+        }
+        b.region = self.region.or(b.region);
+        b.endpoint_url = self.endpoint_url.or(b.endpoint_url);
+        set(&mut b.owner, self.owner);
+        b.image = self.image.or(b.image);
+        b.instance_type = self.instance_type.or(b.instance_type);
+        set(&mut b.defaults, self.defaults);
+        set(&mut b.sdk_max_attempts, self.sdk_max_attempts);
+        set(&mut b.connect_timeout, self.connect_timeout);
+        set(&mut b.attempt_timeout, self.attempt_timeout);
+        set(&mut b.consistency_window, self.consistency_window);
+        set(&mut b.host_key_discovery, self.host_key_discovery);
+        if let Some(c) = self.credentials {
+            b.credentials = CredentialSource::Static {
+                access_key_id: c.access_key_id,
+                secret_access_key: c.secret_access_key,
+                session_token: c.session_token,
+            };
+        }
+        b
+    }
+}
+
+/// Reads one YAML document into `T` with serde-saphyr (as machine-core reads specs),
+/// tracking the path of the value being read so that an error names its field.
+///
+/// The message is serde-saphyr's (`unknown field `regoin`, expected one of ...`) with
+/// its line and column, never its snippet of the surrounding lines, which could show a
+/// secret next to the mistake. Under `credentials`, where a message could quote the
+/// value itself, only unknown, missing and duplicate key messages are kept.
+///
+/// Not [`machine_core::from_yaml`]: its errors carry no field path (the message alone
+/// names an unknown key, not a mistyped value's) and do quote the surrounding lines,
+/// which here could hold `secretAccessKey`.
+fn read_yaml<T: serde::de::DeserializeOwned>(yaml: &str) -> Result<T> {
+    let mut path = None;
+    let result = serde_saphyr::with_deserializer_from_str(yaml, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            path = Some(e.path().to_string());
+            e.into_inner()
+        })
+    });
+    result.map_err(|e| {
+        // `?` segments are keys the path could not name (a duplicate key): the error
+        // belongs to the map holding them.
+        let field = path.map(|p| {
+            let mut p = p.as_str();
+            while let Some(parent) = p.strip_suffix(".?") {
+                p = parent;
+            }
+            p.to_owned()
+        });
+        let field = field.filter(|p| !p.is_empty() && p != "." && p != "?");
+        let error = e.without_snippet();
+        // serde-saphyr's advice on duplicate keys is for programmers, not config authors.
+        let mut message = error
+            .to_string()
+            .replace(", set DuplicateKeyPolicy in Options if acceptable", "");
+        let under_credentials = field
+            .as_deref()
+            .is_some_and(|f| f == "credentials" || f.starts_with("credentials."));
+        let names_a_key_only = ["unknown field", "missing field", "duplicate mapping key"]
+            .iter()
+            .any(|start| message.starts_with(start));
+        if under_credentials && !names_a_key_only {
+            message = "must be a map of accessKeyId, secretAccessKey and optionally \
+                       sessionToken, all strings"
+                .to_owned();
+            if let Some(at) = error.location().filter(|at| at.line() > 0) {
+                message.push_str(&format!(" at line {}, column {}", at.line(), at.column()));
+            }
+        }
+        match field {
+            Some(f) => Error::invalid_spec(f, message),
+            None => Error::new(ErrorKind::InvalidSpec, message),
+        }
+    })
 }
 
 /// Builds an [`AwsConfig`]. Setters take values as given; [`AwsConfigBuilder::build`]
@@ -467,6 +693,229 @@ mod tests {
             let e = builder.build().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidSpec);
             assert_eq!(e.field(), Some(field), "{e}");
+        }
+    }
+
+    const FULL: &str = "\
+region: eu-west-1
+endpointUrl: http://127.0.0.1:5000
+owner: team-a
+image: ami-0123456789abcdef0
+instanceType: m7g.large
+defaults:
+  subnetId: subnet-0a1b2c3d4e5f60718
+  securityGroupIds: [sg-12345678, sg-0123456789abcdef0]
+  keyName: ops
+  instanceProfile: node-role
+  availabilityZone: eu-west-1b
+  rootVolume: {sizeGiB: 20, type: gp3, encrypted: true}
+  sshUser: admin
+  tags: {CostCenter: \"42\"}
+sdkMaxAttempts: 3
+connectTimeout: 2s
+attemptTimeout: 1m 30s
+consistencyWindow: 500ms
+hostKeyDiscovery: false
+credentials:
+  accessKeyId: AKIDEXAMPLE
+  secretAccessKey: wJalrXUtnFEMI
+  sessionToken: FwoGZXIvYXdzE
+";
+
+    #[test]
+    fn a_full_yaml_document_fills_every_field() {
+        let c = AwsConfig::from_yaml(FULL).unwrap().build().unwrap();
+        assert_eq!(c.region(), "eu-west-1");
+        assert_eq!(c.endpoint_url(), Some("http://127.0.0.1:5000"));
+        assert_eq!(c.owner(), "team-a");
+        assert_eq!(c.image(), Some("ami-0123456789abcdef0"));
+        assert_eq!(c.instance_type(), "m7g.large");
+        assert_eq!(c.sdk_max_attempts(), 3);
+        assert_eq!(c.connect_timeout(), Duration::from_secs(2));
+        assert_eq!(c.attempt_timeout(), Duration::from_secs(90));
+        assert_eq!(c.consistency_window(), Duration::from_millis(500));
+        assert!(!c.host_key_discovery());
+        let d = c.defaults();
+        assert_eq!(d.subnet_id.as_deref(), Some("subnet-0a1b2c3d4e5f60718"));
+        assert_eq!(
+            d.security_group_ids.as_deref(),
+            Some(&["sg-12345678".to_owned(), "sg-0123456789abcdef0".to_owned()][..])
+        );
+        assert_eq!(d.key_name.as_deref(), Some("ops"));
+        assert_eq!(d.instance_profile.as_deref(), Some("node-role"));
+        assert_eq!(d.availability_zone.as_deref(), Some("eu-west-1b"));
+        assert_eq!(
+            d.root_volume,
+            Some(crate::RootVolume {
+                size_gib: 20,
+                volume_type: Some("gp3".into()),
+                device_name: None,
+                encrypted: Some(true),
+            })
+        );
+        assert_eq!(d.ssh_user.as_deref(), Some("admin"));
+        assert_eq!(d.tags["CostCenter"], "42");
+        match c.credentials() {
+            CredentialSource::Static {
+                access_key_id,
+                secret_access_key,
+                session_token,
+            } => {
+                use machine_core::ExposeSecret;
+                assert_eq!(access_key_id, "AKIDEXAMPLE");
+                assert_eq!(secret_access_key.expose_secret(), "wJalrXUtnFEMI");
+                assert_eq!(
+                    session_token.as_ref().map(|t| t.expose_secret()),
+                    Some("FwoGZXIvYXdzE")
+                );
+            }
+            other => panic!("expected static credentials, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn yaml_leaves_out_what_it_does_not_say_and_the_builder_overrides_it() {
+        let c = AwsConfig::from_yaml("region: us-east-2\n")
+            .unwrap()
+            .owner("from-code")
+            .build()
+            .unwrap();
+        let d = AwsConfig::builder().region("us-east-2").build().unwrap();
+        assert_eq!(c.owner(), "from-code");
+        assert_eq!(c.instance_type(), DEFAULT_INSTANCE_TYPE);
+        assert_eq!(c.image(), None);
+        assert_eq!(c.endpoint_url(), None);
+        assert!(matches!(c.credentials(), CredentialSource::DefaultChain));
+        assert_eq!(c.defaults(), &Ec2Settings::default());
+        assert_eq!(c.sdk_max_attempts(), d.sdk_max_attempts());
+        assert_eq!(c.connect_timeout(), d.connect_timeout());
+        assert_eq!(c.attempt_timeout(), d.attempt_timeout());
+        assert_eq!(c.consistency_window(), d.consistency_window());
+        assert_eq!(c.host_key_discovery(), d.host_key_discovery());
+        // A region given in code wins over the document's.
+        let c = AwsConfig::from_yaml("region: us-east-2\n")
+            .unwrap()
+            .region("eu-north-1")
+            .build()
+            .unwrap();
+        assert_eq!(c.region(), "eu-north-1");
+    }
+
+    #[test]
+    fn unknown_yaml_fields_are_named_with_their_line() {
+        let e =
+            AwsConfig::from_yaml("region: us-east-1\nowner: a\nregoin: eu-west-1\n").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+        assert_eq!(e.field(), Some("regoin"), "{e}");
+        assert!(e.message().contains("unknown field `regoin`"), "{e}");
+        assert!(e.message().contains("line 3"), "{e}");
+        let e = AwsConfig::from_yaml(
+            "region: us-east-1\ndefaults:\n  keyName: ops\n  subnetID: subnet-12345678\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("defaults.subnetID"), "{e}");
+        assert!(e.message().contains("line 4"), "{e}");
+        let e = AwsConfig::from_yaml("credentials:\n  accessKeyId: AKIDEXAMPLE\n  secretKey: x\n")
+            .unwrap_err();
+        assert_eq!(e.field(), Some("credentials.secretKey"), "{e}");
+        assert!(e.message().contains("line 3"), "{e}");
+        // A key given twice is named by the map holding it, with the second one's line.
+        let e = AwsConfig::from_yaml("defaults:\n  keyName: a\n  keyName: b\n").unwrap_err();
+        assert_eq!(e.field(), Some("defaults"), "{e}");
+        assert!(
+            e.message().contains("keyName") && e.message().contains("line 3"),
+            "{e}"
+        );
+        let e = AwsConfig::from_yaml("region: us-east-1\nregion: eu-west-1\n").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+        assert_eq!(e.field(), None, "{e}");
+        assert!(
+            e.message().contains("region") && e.message().contains("line 2"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn mistyped_yaml_values_name_the_field() {
+        for (yaml, field, line) in [
+            (
+                "region: us-east-1\nconnectTimeout: 5 parsecs\n",
+                "connectTimeout",
+                2,
+            ),
+            ("attemptTimeout: 30\n", "attemptTimeout", 1),
+            (
+                "owner: a\n\nconsistencyWindow: soon\n",
+                "consistencyWindow",
+                3,
+            ),
+            ("sdkMaxAttempts: many\n", "sdkMaxAttempts", 1),
+            ("hostKeyDiscovery: sometimes\n", "hostKeyDiscovery", 1),
+            (
+                "defaults:\n  rootVolume: {sizeGiB: big}\n",
+                "defaults.rootVolume.sizeGiB",
+                2,
+            ),
+            (
+                "credentials:\n  accessKeyId: AKIDEXAMPLE\n",
+                "credentials",
+                2,
+            ),
+        ] {
+            let e = AwsConfig::from_yaml(yaml).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{yaml:?}");
+            assert_eq!(e.field(), Some(field), "{yaml:?}: {e}");
+            assert!(
+                e.message().contains(&format!("line {line}")),
+                "{yaml:?}: {e}"
+            );
+        }
+        // Well-formed but bad values are refused by build, by the same names.
+        let e = AwsConfig::from_yaml("region: us-east-1\ndefaults: {subnetId: subnet-1}\n")
+            .unwrap()
+            .build()
+            .unwrap_err();
+        assert_eq!(e.field(), Some("defaults.subnetId"), "{e}");
+        let e = AwsConfig::from_yaml("region: us-east-1\nconnectTimeout: 0s\n")
+            .unwrap()
+            .build()
+            .unwrap_err();
+        assert_eq!(e.field(), Some("connectTimeout"), "{e}");
+    }
+
+    #[test]
+    fn yaml_without_a_region_fails_at_build_naming_it() {
+        let b = AwsConfig::from_yaml("owner: team-a\nimage: ami-0123456789abcdef0\n").unwrap();
+        let e = b.build().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+        assert_eq!(e.field(), Some("region"), "{e}");
+    }
+
+    #[test]
+    fn secrets_from_yaml_never_show() {
+        let builder = AwsConfig::from_yaml(FULL).unwrap();
+        let config = builder.clone().build().unwrap();
+        for dbg in [format!("{builder:?}"), format!("{config:?}")] {
+            assert!(dbg.contains("AKIDEXAMPLE"), "{dbg}");
+            assert!(
+                !dbg.contains("wJalrXUtnFEMI") && !dbg.contains("FwoGZXIvYXdzE"),
+                "{dbg}"
+            );
+        }
+        // Nor in errors: not as a neighbour of the mistake, nor as a misplaced value.
+        for yaml in [
+            "credentials:\n  accessKeyId: AKIDEXAMPLE\n  secretAccessKey: wJalrXUtnFEMI\n  sesionToken: FwoGZXIvYXdzE\n",
+            "credentials:\n  secretAccessKey: wJalrXUtnFEMI\n  accessKeyId: [FwoGZXIvYXdzE]\n",
+            "credentials: wJalrXUtnFEMI\n",
+            "credentials:\n  accessKeyId: AKIDEXAMPLE\n  secretAccessKey: {FwoGZXIvYXdzE: wJalrXUtnFEMI}\n",
+            "region: [wJalrXUtnFEMI\n",
+        ] {
+            let e = AwsConfig::from_yaml(yaml).unwrap_err();
+            let shown = format!("{e} {e:?}");
+            assert!(
+                !shown.contains("wJalrXUtnFEMI") && !shown.contains("FwoGZXIvYXdzE"),
+                "{shown}"
+            );
         }
     }
 

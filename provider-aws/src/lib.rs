@@ -25,6 +25,25 @@
 //! # }
 //! ```
 //!
+//! The same configuration can be kept in a YAML file and read with
+//! [`AwsConfig::from_yaml`], which, like [`AwsConfig::from_env`], returns the builder so
+//! that code can still override fields before `build` checks them:
+//!
+//! ```
+//! use provider_aws::AwsConfig;
+//!
+//! let config = AwsConfig::from_yaml(
+//!     "region: eu-west-1\n\
+//!      owner: ci-cluster\n\
+//!      image: ami-0123456789abcdef0\n\
+//!      defaults: {subnetId: subnet-0a1b2c3d4e5f60718, sshUser: admin}\n\
+//!      attemptTimeout: 20s\n",
+//! )?
+//! .build()?;
+//! assert_eq!(config.defaults().ssh_user.as_deref(), Some("admin"));
+//! # Ok::<(), machine_core::Error>(())
+//! ```
+//!
 //! ## Rooms
 //! [`config`] (how to reach EC2, defaults), [`settings`] (per-machine settings from
 //! `MachineSpec::provider`), `client` (the SDK calls, DescribeInstances paged by
