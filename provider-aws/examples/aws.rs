@@ -1,5 +1,6 @@
-//! Provisions a small fleet on EC2 through the composer, with a coupled layer rendered
-//! into user data, prints progress, and tears the fleet down unless `--keep` is given.
+//! Provisions a small fleet on EC2 through the composer, with a cloud-init layer (a
+//! typed cloud-config from bootstrap-cloudinit) rendered into user data, prints
+//! progress, and tears the fleet down unless `--keep` is given.
 //!
 //! Against moto (see scripts/peers/30-moto.sh):
 //!
@@ -16,16 +17,32 @@
 //!   cargo run --example aws -- --count 2 --keep
 //! ```
 //!
+//! Or with the whole provider configuration in a YAML file ([`AwsConfig::from_yaml`]);
+//! the environment is then not read, save by the credential chain when the file has no
+//! `credentials`:
+//!
+//! ```sh
+//! cat > aws.yaml <<'YAML'
+//! region: us-east-1
+//! endpointUrl: http://127.0.0.1:5000
+//! image: ami-760aaa0f
+//! credentials: {accessKeyId: testing, secretAccessKey: testing}
+//! YAML
+//! cargo run --example aws -- --config aws.yaml
+//! ```
+//!
 //! Flags: `--count N` (default 3), `--keep` (leave the machines running),
-//! `--owner NAME` (default `example-aws`).
+//! `--owner NAME` (default `example-aws`; with `--config`, the file's `owner`),
+//! `--config FILE` (an [`AwsConfig`] YAML document instead of the environment).
 
 use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, WriteFile};
 use machine_core::decorators::Retrying;
-use machine_core::steps::{Step, StepLayer};
 use machine_core::{
     CancellationToken, Composer, ComposerSettings, MachineName, MachineSpec, RetryPolicy,
     SecretString,
@@ -35,14 +52,16 @@ use provider_aws::{AwsConfig, AwsProvider};
 struct Args {
     count: usize,
     keep: bool,
-    owner: String,
+    owner: Option<String>,
+    config: Option<PathBuf>,
 }
 
 fn args() -> Result<Args> {
     let mut out = Args {
         count: 3,
         keep: false,
-        owner: "example-aws".to_owned(),
+        owner: None,
+        config: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -55,8 +74,11 @@ fn args() -> Result<Args> {
                     .parse()
                     .context("--count needs a number")?;
             }
-            "--owner" => out.owner = it.next().context("--owner needs a name")?,
-            other => bail!("unknown argument {other:?} (try --count N, --keep, --owner NAME)"),
+            "--owner" => out.owner = Some(it.next().context("--owner needs a name")?),
+            "--config" => out.config = Some(it.next().context("--config needs a file")?.into()),
+            other => bail!(
+                "unknown argument {other:?} (try --count N, --keep, --owner NAME, --config FILE)"
+            ),
         }
     }
     if out.count == 0 {
@@ -65,18 +87,33 @@ fn args() -> Result<Args> {
     Ok(out)
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
-    let args = args()?;
+/// The provider's configuration from a YAML file: all of it, no environment. A
+/// plain-http endpoint is taken for a local simulator (EC2's endpoints are all https).
+fn config_from_file(path: &Path, owner: Option<&str>) -> Result<(AwsConfig, bool)> {
+    let yaml =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut config =
+        AwsConfig::from_yaml(&yaml).with_context(|| format!("in {}", path.display()))?;
+    if let Some(owner) = owner {
+        config = config.owner(owner);
+    }
+    let config = config
+        .build()
+        .with_context(|| format!("in {}", path.display()))?;
+    if config.image().is_none() {
+        bail!("{} names no image: add `image: ami-...`", path.display());
+    }
+    let simulator = config
+        .endpoint_url()
+        .is_some_and(|url| url.starts_with("http://"));
+    Ok((config, simulator))
+}
 
-    // AWS_ENDPOINT_URL means a simulator: fill in what moto accepts when unset.
+/// The provider's configuration from the environment; `AWS_ENDPOINT_URL` means a
+/// simulator, for which what moto accepts is filled in when unset.
+fn config_from_env(owner: Option<&str>) -> Result<(AwsConfig, bool)> {
     let simulator = std::env::var("AWS_ENDPOINT_URL").is_ok();
-    let mut config = AwsConfig::from_env().owner(&args.owner);
+    let mut config = AwsConfig::from_env().owner(owner.unwrap_or("example-aws"));
     if simulator {
         if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
             config = config.region("us-east-1");
@@ -89,10 +126,26 @@ async fn main() -> Result<()> {
         }
     } else if std::env::var("PROVIDER_AWS_IMAGE").is_err() {
         bail!(
-            "against real AWS, set PROVIDER_AWS_IMAGE to an AMI of your region (or AWS_ENDPOINT_URL to use moto)"
+            "against real AWS, set PROVIDER_AWS_IMAGE to an AMI of your region (or AWS_ENDPOINT_URL to use moto, or --config FILE)"
         );
     }
-    let config = config.build()?;
+    Ok((config.build()?, simulator))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = args()?;
+
+    // A simulator answers at once: poll it often.
+    let (config, simulator) = match &args.config {
+        Some(path) => config_from_file(path, args.owner.as_deref())?,
+        None => config_from_env(args.owner.as_deref())?,
+    };
     println!(
         "provisioning {} machine(s) in {} for owner {:?} ({})",
         args.count,
@@ -103,14 +156,22 @@ async fn main() -> Result<()> {
 
     let provider = AwsProvider::new(config).await?;
     let provider = Arc::new(Retrying::new(provider, RetryPolicy::default()));
-    // A coupled layer: rendered into user data, run by the image's init at first boot.
-    let base = StepLayer::new(
+    // A coupled layer: a cloud-config rendered into user data, applied by cloud-init at
+    // first boot. The composer checks it against EC2's user-data limit before any call.
+    let base = CloudConfigLayer::new(
         "base",
-        vec![
-            Step::write_file("/etc/motd", "provisioned by machine-provisioning\n"),
-            Step::run("echo base layer applied > /var/tmp/base-layer"),
-        ],
+        CloudConfig::new()
+            .with_file(WriteFile::new(
+                "/etc/motd",
+                "provisioned by machine-provisioning\n",
+            ))
+            .with_runcmd("echo base layer applied > /var/tmp/base-layer"),
     )?;
+    println!(
+        "coupled layer {:?}: {} bytes of cloud-config",
+        base.layer_name(),
+        base.size()
+    );
     let settings = ComposerSettings {
         poll_interval: if simulator {
             Duration::from_millis(200)
