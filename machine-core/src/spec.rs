@@ -324,6 +324,9 @@ machines:
         let s: Settings = spec.provider_settings().unwrap();
         assert_eq!(s.host.as_deref(), Some("h1"));
         assert!(s.disk.is_none());
+        let spec = MachineSpec::from_yaml("name: a\nprovider: {disk: {size: 20}}\n").unwrap();
+        let s: Settings = spec.provider_settings().unwrap();
+        assert_eq!(s.disk.map(|d| d.size), Some(20));
         let none: Settings = MachineSpec::from_yaml("name: a\n")
             .unwrap()
             .provider_settings()

@@ -55,7 +55,7 @@ impl Pool {
         HostEntry::new(format!("h{i}"), h.host.clone())
             .port(h.port)
             .host_key(h.host_key_pub.clone())
-            .label("slot", if i % 2 == 0 { "even" } else { "odd" })
+            .label("slot", if i.is_multiple_of(2) { "even" } else { "odd" })
     }
 
     fn config(&self, owner: &str) -> StaticHostsConfig {
