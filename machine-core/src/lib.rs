@@ -76,6 +76,7 @@ pub use software::{
 };
 pub use spec::{
     FleetSpec, MachineSpec, SshAccess, check_ssh_public_key, check_unique_names, from_yaml,
+    from_yaml_redacting,
 };
 pub use transport::{
     Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, RemoteShell, Transport,

@@ -221,23 +221,82 @@ pub fn check_unique_names(specs: &[MachineSpec]) -> Result<()> {
 }
 
 /// Reads YAML into `T`: the one YAML reader of the project, for specs, fleets and provider
-/// configuration files. Errors are invalid-spec errors that name the field, line and
-/// column, with a snippet of the input.
+/// configuration files. Errors are invalid-spec errors whose field is the path of the
+/// value being read (`hosts[1].port`, `defaults.subnetId`) and whose message gives the
+/// line and column, never a snippet of the surrounding lines (which could show a secret
+/// next to the mistake). See [`from_yaml_redacting`] for documents that hold secrets.
 ///
 /// serde-saphyr is used because serde_yaml is archived and serde_yml unsound.
 ///
 /// ```
-/// #[derive(serde::Deserialize)]
+/// #[derive(Debug, serde::Deserialize)]
 /// #[serde(deny_unknown_fields)]
 /// struct Inventory { hosts: Vec<String> }
 ///
 /// let e = machine_core::from_yaml::<Inventory>("hosts: [a]\nhots: [b]\n").unwrap_err();
+/// assert_eq!(e.field(), Some("hots"));
 /// assert!(e.to_string().contains("unknown field `hots`"));
 /// assert!(e.to_string().contains("line 2"));
 /// ```
 pub fn from_yaml<T: serde::de::DeserializeOwned>(yaml: &str) -> Result<T> {
-    serde_saphyr::from_str(yaml)
-        .map_err(|e| Error::new(crate::ErrorKind::InvalidSpec, e.to_string()))
+    from_yaml_redacting(yaml, |_| false)
+}
+
+/// [`from_yaml`] for documents with secrets: where `secret(field)` holds, a message that
+/// could quote the value (a type error) is replaced by one that does not; messages that
+/// only name a key (unknown, missing, duplicate) are kept.
+///
+/// ```
+/// #[derive(Debug, serde::Deserialize)]
+/// struct Creds { token: u32 }
+///
+/// let e = machine_core::from_yaml_redacting::<Creds>("token: s3cr3t\n", |f| f == "token")
+///     .unwrap_err();
+/// assert_eq!(e.field(), Some("token"));
+/// assert!(!e.to_string().contains("s3cr3t"));
+/// assert!(e.to_string().contains("line 1"));
+/// ```
+pub fn from_yaml_redacting<T: serde::de::DeserializeOwned>(
+    yaml: &str,
+    secret: impl Fn(&str) -> bool,
+) -> Result<T> {
+    let mut path = None;
+    let result = serde_saphyr::with_deserializer_from_str(yaml, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            path = Some(e.path().to_string());
+            e.into_inner()
+        })
+    });
+    result.map_err(|e| {
+        // `?` segments are keys the path could not name (a duplicate key): the error
+        // belongs to the map holding them.
+        let field = path.map(|p| {
+            let mut p = p.as_str();
+            while let Some(parent) = p.strip_suffix(".?") {
+                p = parent;
+            }
+            p.to_owned()
+        });
+        let field = field.filter(|p| !p.is_empty() && p != "." && p != "?");
+        let error = e.without_snippet();
+        // serde-saphyr's advice on duplicate keys is for programmers, not authors.
+        let mut message = error
+            .to_string()
+            .replace(", set DuplicateKeyPolicy in Options if acceptable", "");
+        let names_a_key_only = ["unknown field", "missing field", "duplicate mapping key"]
+            .iter()
+            .any(|start| message.starts_with(start));
+        if field.as_deref().is_some_and(&secret) && !names_a_key_only {
+            message = "has a value of the wrong form (not shown: it may be secret)".to_owned();
+            if let Some(at) = error.location().filter(|at| at.line() > 0) {
+                message.push_str(&format!(" at line {}, column {}", at.line(), at.column()));
+            }
+        }
+        match field {
+            Some(f) => Error::invalid_spec(f, message),
+            None => Error::new(crate::ErrorKind::InvalidSpec, message),
+        }
+    })
 }
 
 #[cfg(test)]

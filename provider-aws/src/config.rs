@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use machine_core::{Error, ErrorKind, Result, SecretString};
+use machine_core::{Error, Result, SecretString};
 use serde::{Deserialize, Deserializer};
 
 use crate::settings::{self, Ec2Settings};
@@ -151,7 +151,9 @@ impl AwsConfig {
     /// never a value under `credentials`, so that a secret does not end up in a log.
     /// Values are checked by [`AwsConfigBuilder::build`].
     pub fn from_yaml(yaml: &str) -> Result<AwsConfigBuilder> {
-        let file: AwsConfigFile = read_yaml(yaml)?;
+        let file: AwsConfigFile = machine_core::from_yaml_redacting(yaml, |field| {
+            field == "credentials" || field.starts_with("credentials.")
+        })?;
         Ok(file.apply(AwsConfigBuilder::default()))
     }
 
@@ -287,62 +289,6 @@ impl AwsConfigFile {
         }
         b
     }
-}
-
-/// Reads one YAML document into `T` with serde-saphyr (as machine-core reads specs),
-/// tracking the path of the value being read so that an error names its field.
-///
-/// The message is serde-saphyr's (`unknown field `regoin`, expected one of ...`) with
-/// its line and column, never its snippet of the surrounding lines, which could show a
-/// secret next to the mistake. Under `credentials`, where a message could quote the
-/// value itself, only unknown, missing and duplicate key messages are kept.
-///
-/// Not [`machine_core::from_yaml`]: its errors carry no field path (the message alone
-/// names an unknown key, not a mistyped value's) and do quote the surrounding lines,
-/// which here could hold `secretAccessKey`.
-fn read_yaml<T: serde::de::DeserializeOwned>(yaml: &str) -> Result<T> {
-    let mut path = None;
-    let result = serde_saphyr::with_deserializer_from_str(yaml, |de| {
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            path = Some(e.path().to_string());
-            e.into_inner()
-        })
-    });
-    result.map_err(|e| {
-        // `?` segments are keys the path could not name (a duplicate key): the error
-        // belongs to the map holding them.
-        let field = path.map(|p| {
-            let mut p = p.as_str();
-            while let Some(parent) = p.strip_suffix(".?") {
-                p = parent;
-            }
-            p.to_owned()
-        });
-        let field = field.filter(|p| !p.is_empty() && p != "." && p != "?");
-        let error = e.without_snippet();
-        // serde-saphyr's advice on duplicate keys is for programmers, not config authors.
-        let mut message = error
-            .to_string()
-            .replace(", set DuplicateKeyPolicy in Options if acceptable", "");
-        let under_credentials = field
-            .as_deref()
-            .is_some_and(|f| f == "credentials" || f.starts_with("credentials."));
-        let names_a_key_only = ["unknown field", "missing field", "duplicate mapping key"]
-            .iter()
-            .any(|start| message.starts_with(start));
-        if under_credentials && !names_a_key_only {
-            message = "must be a map of accessKeyId, secretAccessKey and optionally \
-                       sessionToken, all strings"
-                .to_owned();
-            if let Some(at) = error.location().filter(|at| at.line() > 0) {
-                message.push_str(&format!(" at line {}, column {}", at.line(), at.column()));
-            }
-        }
-        match field {
-            Some(f) => Error::invalid_spec(f, message),
-            None => Error::new(ErrorKind::InvalidSpec, message),
-        }
-    })
 }
 
 /// Builds an [`AwsConfig`]. Setters take values as given; [`AwsConfigBuilder::build`]

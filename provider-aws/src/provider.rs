@@ -325,8 +325,7 @@ impl AwsProvider {
     /// Checks the spec and user data and works out the launch, without any call.
     fn plan(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Plan> {
         spec.validate()?;
-        let settings =
-            Ec2Settings::from_spec_value(&spec.provider)?.or_defaults(&self.config.defaults);
+        let settings = Ec2Settings::from_spec(spec)?.or_defaults(&self.config.defaults);
         let image = match spec.image.as_deref().or(self.config.image.as_deref()) {
             Some(image) => image.to_owned(),
             None => {

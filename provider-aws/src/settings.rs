@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use machine_core::{Error, Result};
+use machine_core::{Error, MachineSpec, Result};
 use serde::{Deserialize, Serialize};
 
 /// EC2 settings of one machine. In a spec they sit under `provider:` in camelCase:
@@ -83,21 +83,11 @@ pub const MAX_TAG_KEY_LEN: usize = 128;
 pub const MAX_TAG_VALUE_LEN: usize = 256;
 
 impl Ec2Settings {
-    /// Reads the settings from a spec's `provider` value (`null` means none). Errors are
-    /// invalid-spec errors whose field is the path inside the spec (`provider.rootVolume.sizeGiB`).
-    pub fn from_spec_value(value: &serde_json::Value) -> Result<Self> {
-        if value.is_null() {
-            return Ok(Ec2Settings::default());
-        }
-        let settings: Ec2Settings = serde_path_to_error::deserialize(value).map_err(|e| {
-            let path = e.path().to_string();
-            let field = if path == "." || path.is_empty() {
-                "provider".to_owned()
-            } else {
-                format!("provider.{path}")
-            };
-            Error::invalid_spec(field, e.into_inner().to_string())
-        })?;
+    /// Reads and checks the settings in a spec's `provider` field (none gives the
+    /// default). Errors are invalid-spec errors whose field is the path inside the spec
+    /// (`provider.rootVolume.sizeGiB`).
+    pub fn from_spec(spec: &MachineSpec) -> Result<Self> {
+        let settings: Ec2Settings = spec.provider_settings()?;
         settings.validate().map_err(|e| e.within("provider"))?;
         Ok(settings)
     }
@@ -331,12 +321,17 @@ pub fn check_tag(field: &str, key: &str, value: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use machine_core::ErrorKind;
+    use machine_core::{ErrorKind, MachineName};
     use serde_json::json;
+
+    fn settings_in(provider: serde_json::Value) -> Result<Ec2Settings> {
+        let spec = MachineSpec::new(MachineName::new("m").unwrap()).with_provider(provider);
+        Ec2Settings::from_spec(&spec)
+    }
 
     #[test]
     fn spec_settings_are_read_in_camel_case() {
-        let s = Ec2Settings::from_spec_value(&json!({
+        let s = settings_in(json!({
             "subnetId": "subnet-0a1b2c3d4e5f60718",
             "securityGroupIds": ["sg-12345678"],
             "keyName": "ops",
@@ -348,24 +343,22 @@ mod tests {
         assert_eq!(s.subnet_id.as_deref(), Some("subnet-0a1b2c3d4e5f60718"));
         assert_eq!(s.root_volume.unwrap().size_gib, 20);
         assert_eq!(
-            Ec2Settings::from_spec_value(&serde_json::Value::Null).unwrap(),
+            settings_in(serde_json::Value::Null).unwrap(),
             Ec2Settings::default()
         );
     }
 
     #[test]
     fn unknown_and_mistyped_fields_are_named_by_path() {
-        let e = Ec2Settings::from_spec_value(&json!({"subnetID": "subnet-12345678"})).unwrap_err();
+        let e = settings_in(json!({"subnetID": "subnet-12345678"})).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidSpec);
         assert_eq!(e.field(), Some("provider.subnetID"), "{e}");
         assert!(e.message().contains("unknown field"), "{e}");
-        let e =
-            Ec2Settings::from_spec_value(&json!({"rootVolume": {"sizeGiB": "big"}})).unwrap_err();
+        let e = settings_in(json!({"rootVolume": {"sizeGiB": "big"}})).unwrap_err();
         assert_eq!(e.field(), Some("provider.rootVolume.sizeGiB"), "{e}");
-        let e = Ec2Settings::from_spec_value(&json!({"rootVolume": {"sizeGiB": 8, "iops": 3}}))
-            .unwrap_err();
+        let e = settings_in(json!({"rootVolume": {"sizeGiB": 8, "iops": 3}})).unwrap_err();
         assert_eq!(e.field(), Some("provider.rootVolume.iops"), "{e}");
-        let e = Ec2Settings::from_spec_value(&json!("subnet-12345678")).unwrap_err();
+        let e = settings_in(json!("subnet-12345678")).unwrap_err();
         assert_eq!(e.field(), Some("provider"), "{e}");
     }
 
@@ -401,7 +394,7 @@ mod tests {
             ),
             (json!({"keyName": ""}), "provider.keyName"),
         ] {
-            let e = Ec2Settings::from_spec_value(&value).unwrap_err();
+            let e = settings_in(value.clone()).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{value}");
             assert_eq!(e.field(), Some(field), "{value}: {e}");
         }
@@ -410,20 +403,19 @@ mod tests {
     #[test]
     fn tags_over_ec2_limits_are_refused() {
         let long_key = "k".repeat(129);
-        let e =
-            Ec2Settings::from_spec_value(&json!({"tags": {long_key.clone(): "v"}})).unwrap_err();
+        let e = settings_in(json!({"tags": {long_key.clone(): "v"}})).unwrap_err();
         assert_eq!(
             e.field(),
             Some(format!("provider.tags.{long_key}").as_str())
         );
         assert!(e.message().contains("1-128"), "{e}");
-        let e = Ec2Settings::from_spec_value(&json!({"tags": {"k": "v".repeat(257)}})).unwrap_err();
+        let e = settings_in(json!({"tags": {"k": "v".repeat(257)}})).unwrap_err();
         assert_eq!(e.field(), Some("provider.tags.k"));
         assert!(e.message().contains("256"), "{e}");
-        let e = Ec2Settings::from_spec_value(&json!({"tags": {"aws:x": "v"}})).unwrap_err();
+        let e = settings_in(json!({"tags": {"aws:x": "v"}})).unwrap_err();
         assert!(e.message().contains("reserved"), "{e}");
         // The limits themselves are accepted.
-        Ec2Settings::from_spec_value(&json!({"tags": {"k".repeat(128): "v".repeat(256)}})).unwrap();
+        settings_in(json!({"tags": {"k".repeat(128): "v".repeat(256)}})).unwrap();
     }
 
     #[test]
