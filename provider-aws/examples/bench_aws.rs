@@ -9,6 +9,8 @@
 //! ```sh
 //! bash scripts/peers/30-moto.sh
 //! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32
+//! # the same with the provider on a multi-thread runtime
+//! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32 --multi-thread
 //! ```
 
 use std::io::{Read, Write};
@@ -200,14 +202,35 @@ fn arg(name: &str, default: usize) -> Result<usize> {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
+    // A current-thread runtime by default: the calls are I/O-bound, and one thread saves
+    // the cross-thread wake-ups a work-stealing runtime pays per response (a controller
+    // embedding the provider chooses its own runtime; `--multi-thread` measures the other).
+    let multi = std::env::args().any(|a| a == "--multi-thread");
+    let runtime = if multi {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(run(multi))
+}
+
+async fn run(multi: bool) -> Result<()> {
     let count = arg("--count", 500)?;
     let concurrency = arg("--concurrency", 32)?;
     let moto = start_moto()?;
     println!(
-        "moto at {}; {count} machines, concurrency {concurrency}",
-        moto.addr
+        "moto at {}; {count} machines, concurrency {concurrency}; provider-aws on a {} tokio runtime",
+        moto.addr,
+        if multi {
+            "multi-thread"
+        } else {
+            "current-thread"
+        }
     );
 
     // Warm moto up (its first EC2 request loads the backend) on both sides' behalf.

@@ -2,6 +2,7 @@
 //! config says otherwise), with every error mapped by [`crate::errors`].
 
 use aws_config::BehaviorVersion;
+use aws_sdk_ec2::config::StalledStreamProtectionConfig;
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::config::{Credentials, Region};
@@ -50,7 +51,10 @@ impl Ec2 {
                     .connect_timeout(config.connect_timeout)
                     .operation_attempt_timeout(config.attempt_timeout)
                     .build(),
-            );
+            )
+            // EC2's answers are small and every attempt has a timeout, which bounds a
+            // stalled answer too; the SDK's throughput watch costs CPU on every call.
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
         if let Some(url) = &config.endpoint_url {
             loader = loader.endpoint_url(url);
         }
