@@ -237,9 +237,16 @@ async fn run(multi: bool) -> Result<()> {
     bench_rust(&moto, 4, 4).await?;
     moto_api(moto.addr, "/moto-api/reset")?;
 
-    let rust = bench_rust(&moto, count, concurrency).await?;
-    moto_api(moto.addr, "/moto-api/reset")?;
-    let boto = bench_boto3(&moto, count, concurrency)?;
+    // `--boto3-first` swaps the order, to see whether running second favours a side.
+    let (rust, boto) = if std::env::args().any(|a| a == "--boto3-first") {
+        let boto = bench_boto3(&moto, count, concurrency)?;
+        moto_api(moto.addr, "/moto-api/reset")?;
+        (bench_rust(&moto, count, concurrency).await?, boto)
+    } else {
+        let rust = bench_rust(&moto, count, concurrency).await?;
+        moto_api(moto.addr, "/moto-api/reset")?;
+        (rust, bench_boto3(&moto, count, concurrency)?)
+    };
 
     println!();
     println!(
