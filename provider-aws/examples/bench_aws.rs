@@ -11,6 +11,8 @@
 //! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32
 //! # the same with the provider on a multi-thread runtime
 //! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32 --multi-thread
+//! # boto3 first, then the provider (the order favours whichever runs second)
+//! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32 --boto3-first
 //! ```
 
 use std::io::{Read, Write};
