@@ -10,7 +10,7 @@ use std::process::Command;
 
 use support::{Sshd, SshdOptions};
 
-/// The quickstart example binary, which `cargo test` builds beside the tests.
+/// The quickstart example binary, built by `scripts/test` before the tests run.
 fn quickstart() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let bin = exe
@@ -20,7 +20,7 @@ fn quickstart() -> PathBuf {
         .unwrap();
     assert!(
         bin.exists(),
-        "{} is missing: run `cargo build -p examples --example quickstart` (cargo test builds it)",
+        "{} is missing: run `cargo build -p examples --example quickstart` (scripts/test builds it first)",
         bin.display()
     );
     bin
