@@ -5,12 +5,14 @@
 
 pub mod proxy;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 use machine_core::{MachineName, MachineSpec, SecretString};
 use provider_aws::{AwsConfig, AwsConfigBuilder, AwsProvider};
@@ -20,14 +22,23 @@ pub const AMI: &str = "ami-760aaa0f";
 /// The region every test uses; moto keys its state by the signature's region.
 pub const REGION: &str = "us-east-1";
 
-/// A moto server on a free loopback port, killed (by PID) when dropped.
+/// A moto server on a loopback port it chose itself, killed (by PID) when dropped.
+///
+/// moto binds port 0 and reports the port it got, so no other process can take the
+/// port between a probe and moto's bind (a probed port can also be taken as the
+/// ephemeral source port of one of the many connections the tests make).
 pub struct Moto {
     child: Child,
     /// `http://127.0.0.1:<port>`.
     pub endpoint: String,
     /// The address it listens on.
     pub addr: SocketAddr,
+    /// The last lines moto logged (one per request), shown when a test fails.
+    log: Arc<Mutex<VecDeque<String>>>,
 }
+
+/// How many of moto's log lines a failing test shows.
+const LOG_TAIL: usize = 40;
 
 fn moto_server_path() -> PathBuf {
     if let Some(p) = std::env::var_os("MOTO_SERVER") {
@@ -49,7 +60,8 @@ impl Moto {
     /// Starts moto with extra environment (`MOTO_ENABLE_AMI_VALIDATION=true`).
     ///
     /// # Panics
-    /// When moto is not installed (saying how to install it) or does not answer in 60 s.
+    /// When moto is not installed (saying how to install it), exits, or does not say
+    /// where it listens within 60 s.
     pub fn start_with(env: &[(&str, &str)]) -> Moto {
         let bin = moto_server_path();
         assert!(
@@ -58,49 +70,62 @@ impl Moto {
              (or set MOTO_SERVER to its path)",
             bin.display()
         );
-        // A port another test grabs between our probe and moto's bind makes moto exit:
-        // try again on another port.
-        for _ in 0..5 {
-            let port = free_port();
-            let mut cmd = Command::new(&bin);
-            cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            for (k, v) in env {
-                cmd.env(k, v);
-            }
-            let child = cmd
-                .spawn()
-                .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let mut moto = Moto {
-                child,
-                endpoint: format!("http://{addr}"),
-                addr,
-            };
-            if moto.wait_ready(Duration::from_secs(60)) {
-                return moto;
-            }
+        let mut cmd = Command::new(&bin);
+        cmd.args(["-H", "127.0.0.1", "-p", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
         }
-        panic!("moto_server did not start on a free port in 5 tries");
-    }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        let stderr = child.stderr.take().expect("piped stderr");
 
-    fn wait_ready(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
+        // Werkzeug logs ` * Running on http://127.0.0.1:<port>` once bound, then a line
+        // per request: read on until the port shows, then keep draining (a full pipe
+        // would stall moto) and keep the tail for a failing test.
+        let log = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_TAIL)));
+        let (port_tx, port_rx) = mpsc::channel();
+        let tail = log.clone();
+        std::thread::spawn(move || {
+            let mut port_tx = Some(port_tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(tx) = &port_tx
+                    && let Some(port) = line
+                        .split_once("Running on http://127.0.0.1:")
+                        .and_then(|(_, p)| p.trim().parse::<u16>().ok())
+                {
+                    let _ = tx.send(port);
+                    port_tx = None;
+                }
+                let mut tail = tail.lock().unwrap();
+                if tail.len() == LOG_TAIL {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
             }
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
-                return true;
+        });
+        let port = match port_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(port) => port,
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                let said: Vec<String> = log.lock().unwrap().iter().cloned().collect();
+                panic!(
+                    "moto_server did not say where it listens within 60 s (exit: {status:?}):\n{}",
+                    said.join("\n")
+                );
             }
-            std::thread::sleep(Duration::from_millis(50));
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        Moto {
+            child,
+            endpoint: format!("http://{addr}"),
+            addr,
+            log,
         }
-        panic!(
-            "moto_server on {} did not answer within {timeout:?}",
-            self.addr
-        );
     }
 }
 
@@ -108,15 +133,14 @@ impl Drop for Moto {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let tail = self.log.lock().unwrap();
+            eprintln!("moto at {} logged, last {} lines:", self.addr, tail.len());
+            for line in tail.iter() {
+                eprintln!("  {line}");
+            }
+        }
     }
-}
-
-/// A port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("binding a loopback port")
 }
 
 /// A unique owner per test, so tests sharing nothing still never see each other.
