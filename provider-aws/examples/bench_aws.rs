@@ -1,4 +1,4 @@
-//! Benchmark of provider-aws against boto3, on one moto server, in one run.
+//! Benchmark of provider-aws against boto3, on moto, in one run (a fresh moto server per side).
 //!
 //! Each side creates, waits for running, and terminates N instances (default 500) with
 //! concurrency 32, making the same EC2 calls per machine: the adoption lookup,
@@ -221,13 +221,20 @@ fn main() -> Result<()> {
     runtime.block_on(run(multi))
 }
 
+/// A moto server of its own for one side, warmed up (its first EC2 request loads the
+/// backend) and reset, so that neither side inherits the other's moto process.
+async fn fresh_moto() -> Result<Moto> {
+    let moto = start_moto()?;
+    bench_rust(&moto, 4, 4).await?;
+    moto_api(moto.addr, "/moto-api/reset")?;
+    Ok(moto)
+}
+
 async fn run(multi: bool) -> Result<()> {
     let count = arg("--count", 500)?;
     let concurrency = arg("--concurrency", 32)?;
-    let moto = start_moto()?;
     println!(
-        "moto at {}; {count} machines, concurrency {concurrency}; provider-aws on a {} tokio runtime",
-        moto.addr,
+        "{count} machines, concurrency {concurrency}, a fresh moto server per side; provider-aws on a {} tokio runtime",
         if multi {
             "multi-thread"
         } else {
@@ -235,19 +242,16 @@ async fn run(multi: bool) -> Result<()> {
         }
     );
 
-    // Warm moto up (its first EC2 request loads the backend) on both sides' behalf.
-    bench_rust(&moto, 4, 4).await?;
-    moto_api(moto.addr, "/moto-api/reset")?;
-
     // `--boto3-first` swaps the order, to see whether running second favours a side.
     let (rust, boto) = if std::env::args().any(|a| a == "--boto3-first") {
-        let boto = bench_boto3(&moto, count, concurrency)?;
-        moto_api(moto.addr, "/moto-api/reset")?;
-        (bench_rust(&moto, count, concurrency).await?, boto)
+        let boto = bench_boto3(&fresh_moto().await?, count, concurrency)?;
+        (
+            bench_rust(&fresh_moto().await?, count, concurrency).await?,
+            boto,
+        )
     } else {
-        let rust = bench_rust(&moto, count, concurrency).await?;
-        moto_api(moto.addr, "/moto-api/reset")?;
-        (rust, bench_boto3(&moto, count, concurrency)?)
+        let rust = bench_rust(&fresh_moto().await?, count, concurrency).await?;
+        (rust, bench_boto3(&fresh_moto().await?, count, concurrency)?)
     };
 
     println!();
