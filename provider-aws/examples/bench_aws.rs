@@ -11,7 +11,7 @@
 //! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32
 //! # the same with the provider on a multi-thread runtime
 //! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32 --multi-thread
-//! # boto3 first, then the provider (the order favours whichever runs second)
+//! # boto3 first, then the provider (each side has its own moto; this checks the order)
 //! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32 --boto3-first
 //! ```
 
@@ -26,6 +26,7 @@ use anyhow::{Context, Result, bail};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use machine_core::{MachineName, MachineProvisioner, MachineSpec, SecretString};
 use nix::sys::resource::{UsageWho, getrusage};
+use nix::unistd::{SysconfVar, sysconf};
 use provider_aws::{AwsConfig, AwsProvider};
 
 struct Moto {
@@ -109,9 +110,28 @@ fn cpu_seconds() -> Result<f64> {
     Ok(t(u.user_time()) + t(u.system_time()))
 }
 
+/// CPU seconds (user + system) moto's process has used so far, from /proc: the server
+/// side of the same calls, to see whether one client's requests cost moto more.
+fn moto_cpu_seconds(moto: &Moto) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", moto.child.id()))?;
+    // Fields after the command name in parentheses: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("unexpected /proc stat format")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| -> Result<f64> {
+        Ok(fields.get(i).context("short /proc stat")?.parse::<u64>()? as f64)
+    };
+    let hz = sysconf(SysconfVar::CLK_TCK)?.context("no CLK_TCK")? as f64;
+    Ok((ticks(11)? + ticks(12)?) / hz)
+}
+
 struct Figures {
     wall: f64,
     cpu: f64,
+    moto_cpu: f64,
     calls: usize,
 }
 
@@ -129,6 +149,7 @@ async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Fig
     moto_api(moto.addr, "/moto-api/recorder/reset-recording")?;
     moto_api(moto.addr, "/moto-api/recorder/start-recording")?;
     let cpu0 = cpu_seconds()?;
+    let moto0 = moto_cpu_seconds(moto)?;
     let start = Instant::now();
     stream::iter(0..count)
         .map(|i| {
@@ -152,10 +173,12 @@ async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Fig
         .await?;
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds()? - cpu0;
+    let moto_cpu = moto_cpu_seconds(moto)? - moto0;
     moto_api(moto.addr, "/moto-api/recorder/stop-recording")?;
     Ok(Figures {
         wall,
         cpu,
+        moto_cpu,
         calls: recorded_calls(&moto.recording)?,
     })
 }
@@ -164,6 +187,7 @@ fn bench_boto3(moto: &Moto, count: usize, concurrency: usize) -> Result<Figures>
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/boto3_bench.py");
     moto_api(moto.addr, "/moto-api/recorder/reset-recording")?;
     moto_api(moto.addr, "/moto-api/recorder/start-recording")?;
+    let moto0 = moto_cpu_seconds(moto)?;
     let out = Command::new(venv().join("bin/python"))
         .arg(&script)
         .args(["--endpoint", &format!("http://{}", moto.addr)])
@@ -172,6 +196,7 @@ fn bench_boto3(moto: &Moto, count: usize, concurrency: usize) -> Result<Figures>
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;
+    let moto_cpu = moto_cpu_seconds(moto)? - moto0;
     moto_api(moto.addr, "/moto-api/recorder/stop-recording")?;
     if !out.status.success() {
         bail!("{} failed: {}", script.display(), out.status);
@@ -188,6 +213,7 @@ fn bench_boto3(moto: &Moto, count: usize, concurrency: usize) -> Result<Figures>
     Ok(Figures {
         wall: f("wall_s")?,
         cpu: f("cpu_s")?,
+        moto_cpu,
         calls: recorded,
     })
 }
@@ -256,16 +282,17 @@ async fn run(multi: bool) -> Result<()> {
 
     println!();
     println!(
-        "{:<14} {:>9} {:>9} {:>7} {:>14}",
-        "client", "wall s", "cpu s", "calls", "cpu ms/call"
+        "{:<14} {:>9} {:>9} {:>7} {:>14} {:>15}",
+        "client", "wall s", "cpu s", "calls", "cpu ms/call", "moto ms/call"
     );
     for (name, f) in [("provider-aws", &rust), ("boto3", &boto)] {
         println!(
-            "{name:<14} {:>9.2} {:>9.2} {:>7} {:>14.3}",
+            "{name:<14} {:>9.2} {:>9.2} {:>7} {:>14.3} {:>15.3}",
             f.wall,
             f.cpu,
             f.calls,
-            1e3 * f.cpu / f.calls.max(1) as f64
+            1e3 * f.cpu / f.calls.max(1) as f64,
+            1e3 * f.moto_cpu / f.calls.max(1) as f64
         );
     }
     let per_call = |f: &Figures| f.cpu / f.calls.max(1) as f64;
