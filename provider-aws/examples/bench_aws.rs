@@ -16,10 +16,11 @@
 //! ```
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -29,56 +30,38 @@ use nix::sys::resource::{UsageWho, getrusage};
 use nix::unistd::{SysconfVar, sysconf};
 use provider_aws::{AwsConfig, AwsProvider};
 
+/// The tests' moto launcher: moto picks its own port, its log is drained.
+#[path = "../tests/common/moto.rs"]
+mod shared_moto;
+
+/// One side's moto server and the file its recorder writes each request to.
 struct Moto {
-    child: Child,
-    addr: SocketAddr,
+    server: shared_moto::Moto,
     recording: PathBuf,
+}
+
+impl Moto {
+    fn addr(&self) -> SocketAddr {
+        self.server.addr
+    }
 }
 
 impl Drop for Moto {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.recording);
     }
 }
 
-fn venv() -> PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from("/root/.cache"));
-    cache.join("machine-provisioning/moto")
-}
-
 fn start_moto() -> Result<Moto> {
-    let bin = venv().join("bin/moto_server");
-    if !bin.exists() {
-        bail!("{} not found: run scripts/peers/30-moto.sh", bin.display());
-    }
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let recording = std::env::temp_dir().join(format!("bench-aws-recording-{port}.jsonl"));
-    let child = Command::new(&bin)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .env("MOTO_RECORDER_FILEPATH", &recording)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let moto = Moto {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        recording,
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(moto.addr).is_err() {
-        if Instant::now() > deadline {
-            bail!("moto did not start");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(moto)
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    let recording = std::env::temp_dir().join(format!(
+        "bench-aws-recording-{}-{}.jsonl",
+        std::process::id(),
+        STARTED.fetch_add(1, Ordering::Relaxed)
+    ));
+    let path = recording.to_str().context("temp dir is not UTF-8")?;
+    let server = shared_moto::Moto::start_with(&[("MOTO_RECORDER_FILEPATH", path)]);
+    Ok(Moto { server, recording })
 }
 
 /// One POST to moto's control API (reset, recorder), with no body.
@@ -113,7 +96,7 @@ fn cpu_seconds() -> Result<f64> {
 /// CPU seconds (user + system) moto's process has used so far, from /proc: the server
 /// side of the same calls, to see whether one client's requests cost moto more.
 fn moto_cpu_seconds(moto: &Moto) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", moto.child.id()))?;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", moto.server.pid()))?;
     // Fields after the command name in parentheses: state is field 3, utime 14, stime 15.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -138,7 +121,7 @@ struct Figures {
 async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Figures> {
     let config = AwsConfig::builder()
         .region("us-east-1")
-        .endpoint_url(format!("http://{}", moto.addr))
+        .endpoint_url(format!("http://{}", moto.addr()))
         .static_credentials("testing", SecretString::from("testing"))
         .owner("bench-rust")
         .image("ami-760aaa0f")
@@ -146,8 +129,8 @@ async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Fig
         .host_key_discovery(false)
         .build()?;
     let p = Arc::new(AwsProvider::new(config).await?);
-    moto_api(moto.addr, "/moto-api/recorder/reset-recording")?;
-    moto_api(moto.addr, "/moto-api/recorder/start-recording")?;
+    moto_api(moto.addr(), "/moto-api/recorder/reset-recording")?;
+    moto_api(moto.addr(), "/moto-api/recorder/start-recording")?;
     let cpu0 = cpu_seconds()?;
     let moto0 = moto_cpu_seconds(moto)?;
     let start = Instant::now();
@@ -174,7 +157,7 @@ async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Fig
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds()? - cpu0;
     let moto_cpu = moto_cpu_seconds(moto)? - moto0;
-    moto_api(moto.addr, "/moto-api/recorder/stop-recording")?;
+    moto_api(moto.addr(), "/moto-api/recorder/stop-recording")?;
     Ok(Figures {
         wall,
         cpu,
@@ -185,19 +168,19 @@ async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Fig
 
 fn bench_boto3(moto: &Moto, count: usize, concurrency: usize) -> Result<Figures> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/boto3_bench.py");
-    moto_api(moto.addr, "/moto-api/recorder/reset-recording")?;
-    moto_api(moto.addr, "/moto-api/recorder/start-recording")?;
+    moto_api(moto.addr(), "/moto-api/recorder/reset-recording")?;
+    moto_api(moto.addr(), "/moto-api/recorder/start-recording")?;
     let moto0 = moto_cpu_seconds(moto)?;
-    let out = Command::new(venv().join("bin/python"))
+    let out = Command::new(shared_moto::venv().join("bin/python"))
         .arg(&script)
-        .args(["--endpoint", &format!("http://{}", moto.addr)])
+        .args(["--endpoint", &format!("http://{}", moto.addr())])
         .args(["--count", &count.to_string()])
         .args(["--concurrency", &concurrency.to_string()])
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;
     let moto_cpu = moto_cpu_seconds(moto)? - moto0;
-    moto_api(moto.addr, "/moto-api/recorder/stop-recording")?;
+    moto_api(moto.addr(), "/moto-api/recorder/stop-recording")?;
     if !out.status.success() {
         bail!("{} failed: {}", script.display(), out.status);
     }
@@ -252,7 +235,7 @@ fn main() -> Result<()> {
 async fn fresh_moto() -> Result<Moto> {
     let moto = start_moto()?;
     bench_rust(&moto, 4, 4).await?;
-    moto_api(moto.addr, "/moto-api/reset")?;
+    moto_api(moto.addr(), "/moto-api/reset")?;
     Ok(moto)
 }
 
