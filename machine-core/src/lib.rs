@@ -60,7 +60,7 @@ pub mod user_data;
 pub use capabilities::{Capabilities, PowerOp, PowerOperations, SizeBasis, UserDataDelivery};
 pub use composer::{
     Action, Composer, ComposerBuilder, ComposerSettings, Deadlines, FailurePolicy, FleetResult,
-    Layer, Provisioned, Reconciled,
+    Layer, MAX_DURATION, MAX_POLL_INTERVAL, Provisioned, Reconciled,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use machine::{

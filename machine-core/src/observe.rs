@@ -4,7 +4,9 @@
 //! them as progress output. A [`Timeline`] says where one machine's time went.
 
 use std::fmt;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -116,7 +118,8 @@ impl fmt::Display for Timeline {
     }
 }
 
-/// Records a timeline as marks are reached, keeping the first time of each.
+/// Records a timeline as marks are reached, keeping the first time of each. On tokio's
+/// clock, so that tests with a paused clock see the same times the deadlines use.
 #[derive(Debug, Clone)]
 pub(crate) struct TimelineRecorder {
     start: Instant,

@@ -38,7 +38,15 @@ pub enum FailurePolicy {
     DeleteOnFailure,
 }
 
-/// How long each phase may take. Every deadline must be greater than zero.
+/// The longest deadline [`ComposerSettings::validate`] accepts: 30 days. Longer ones are
+/// refused rather than risk arithmetic overflow in timers; no phase needs more.
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The longest poll interval [`ComposerSettings::validate`] accepts: 1 hour.
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// How long each phase may take. Every deadline must be greater than zero and at most
+/// [`MAX_DURATION`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Deadlines {
@@ -76,7 +84,8 @@ pub struct ComposerSettings {
     #[serde(default)]
     pub deadlines: Deadlines,
     /// How long to wait before looking again at a machine that is booting, unreachable
-    /// or still bootstrapping. Must be greater than zero.
+    /// or still bootstrapping. Must be greater than zero and at most
+    /// [`MAX_POLL_INTERVAL`].
     #[serde(default = "default_poll", with = "humantime_serde")]
     pub poll_interval: Duration,
     /// What `provision` does with a machine that failed.
@@ -106,18 +115,29 @@ impl ComposerSettings {
         Ok(s)
     }
 
-    /// Refuses zero durations, naming the field.
+    /// Refuses zero durations, deadlines over [`MAX_DURATION`] and a poll interval over
+    /// [`MAX_POLL_INTERVAL`], naming the field.
     pub fn validate(&self) -> Result<()> {
         let d = &self.deadlines;
-        for (field, value) in [
-            ("deadlines.create", d.create),
-            ("deadlines.boot", d.boot),
-            ("deadlines.bootstrap", d.bootstrap),
-            ("deadlines.delete", d.delete),
-            ("poll_interval", self.poll_interval),
+        for (field, value, max) in [
+            ("deadlines.create", d.create, MAX_DURATION),
+            ("deadlines.boot", d.boot, MAX_DURATION),
+            ("deadlines.bootstrap", d.bootstrap, MAX_DURATION),
+            ("deadlines.delete", d.delete, MAX_DURATION),
+            ("poll_interval", self.poll_interval, MAX_POLL_INTERVAL),
         ] {
             if value.is_zero() {
                 return Err(Error::invalid_spec(field, "must be greater than zero"));
+            }
+            if value > max {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!(
+                        "{} is longer than the largest allowed, {}",
+                        humantime::format_duration(value),
+                        humantime::format_duration(max)
+                    ),
+                ));
             }
         }
         Ok(())

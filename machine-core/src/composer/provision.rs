@@ -1,6 +1,8 @@
 //! Driving a machine to Ready (or gone) with deadlines and cancellation: a loop over
 //! [`Composer::step`].
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -27,6 +29,17 @@ enum Stage {
     Create,
     Boot,
     Bootstrap,
+}
+
+impl Stage {
+    /// The settings field of this phase's deadline, as errors name it.
+    fn field(self) -> &'static str {
+        match self {
+            Stage::Create => "deadlines.create",
+            Stage::Boot => "deadlines.boot",
+            Stage::Bootstrap => "deadlines.bootstrap",
+        }
+    }
 }
 
 impl Composer {
@@ -73,28 +86,20 @@ impl Composer {
         spec: &MachineSpec,
         cancel: &CancellationToken,
     ) -> Result<Provisioned> {
-        let d = self.settings.deadlines;
         let start = Instant::now();
-        let mut st = StepState::new();
+        // One phase per step, so each step runs under its own phase's deadline.
+        let mut st = StepState::phased();
         let mut last_seen = String::from("nothing yet");
+        let cancelled = || Error::cancelled(format!("provisioning {} was cancelled", spec.name));
         loop {
-            let (stage, deadline) = {
-                let t = st.timeline();
-                match (t.created, t.running) {
-                    (None, _) => (Stage::Create, start + d.create),
-                    (Some(_), None) => {
-                        (Stage::Boot, start + t.created.unwrap_or_default() + d.boot)
-                    }
-                    (Some(_), Some(running)) => (Stage::Bootstrap, start + running + d.bootstrap),
-                }
-            };
+            let (stage, deadline) = self.stage(start, st.timeline());
             let outcome = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => return Err(Error::cancelled(format!("provisioning {} was cancelled", spec.name))),
+                _ = cancel.cancelled() => return Err(cancelled()),
                 r = tokio::time::timeout_at(deadline, self.step(spec, &mut st)) => r,
             };
             let wait = match outcome {
-                Err(_elapsed) => return Err(timeout(spec, stage, &d, &last_seen)),
+                Err(_elapsed) => return Err(self.timeout(spec, stage, &last_seen)),
                 Ok(Ok(r)) => {
                     let m = r.machine.as_ref();
                     if let Some(m) = m {
@@ -135,51 +140,85 @@ impl Composer {
             if wait.is_zero() {
                 continue;
             }
-            if Instant::now() + wait >= deadline {
-                // Sleep to the deadline, then one last look.
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => return Err(Error::cancelled(format!("provisioning {} was cancelled", spec.name))),
-                    _ = tokio::time::sleep_until(deadline) => {}
-                }
-                if Instant::now() >= deadline {
-                    return Err(timeout(spec, stage, &d, &last_seen));
-                }
-                continue;
-            }
+            // The step may have moved the machine into a new phase: wait against the
+            // deadline of the phase it is in now.
+            let (stage, deadline) = self.stage(start, st.timeline());
+            let wake = Instant::now()
+                .checked_add(wait)
+                .unwrap_or(deadline)
+                .min(deadline);
             tokio::select! {
                 biased;
-                _ = cancel.cancelled() => return Err(Error::cancelled(format!("provisioning {} was cancelled", spec.name))),
-                _ = tokio::time::sleep(wait) => {}
+                _ = cancel.cancelled() => return Err(cancelled()),
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(self.timeout(spec, stage, &last_seen));
             }
         }
     }
 
+    /// The phase a machine is in, by its timeline, and when that phase's time is up:
+    /// each phase's deadline counts from when that phase began.
+    fn stage(&self, start: Instant, t: &Timeline) -> (Stage, Instant) {
+        let d = &self.settings.deadlines;
+        let (stage, began, limit) = match (t.created, t.running) {
+            (None, _) => (Stage::Create, Duration::ZERO, d.create),
+            (Some(created), None) => (Stage::Boot, created, d.boot),
+            (Some(_), Some(running)) => (Stage::Bootstrap, running, d.bootstrap),
+        };
+        (stage, after(start, began + limit))
+    }
+
+    fn timeout(&self, spec: &MachineSpec, stage: Stage, last_seen: &str) -> Error {
+        let d = &self.settings.deadlines;
+        let (what, limit) = match stage {
+            Stage::Create => ("was not created", d.create),
+            Stage::Boot => ("did not start running", d.boot),
+            Stage::Bootstrap => ("did not finish bootstrapping", d.bootstrap),
+        };
+        Error::timeout(format!(
+            "machine {} {what} within {} (the {} deadline); last seen: {last_seen}",
+            spec.name,
+            humantime::format_duration(limit),
+            stage.field(),
+        ))
+    }
+
     /// Deletes `name`'s machine and waits until it is gone, within the delete deadline.
-    /// Succeeds when there is no such machine.
+    /// Succeeds when there is no such machine. Cancelling `cancel` stops it at once, even
+    /// while it waits between looks.
     pub async fn deprovision(&self, name: &MachineName, cancel: &CancellationToken) -> Result<()> {
-        let deadline = Instant::now() + self.settings.deadlines.delete;
+        let limit = self.settings.deadlines.delete;
+        let deadline = after(Instant::now(), limit);
+        let cancelled = || Error::cancelled(format!("deprovisioning {name} was cancelled"));
         let span = tracing::info_span!("deprovision", machine = %name);
         async {
             loop {
                 let r = tokio::select! {
                     biased;
-                    _ = cancel.cancelled() => return Err(Error::cancelled(format!("deprovisioning {name} was cancelled"))),
+                    _ = cancel.cancelled() => return Err(cancelled()),
                     r = tokio::time::timeout_at(deadline, self.reconcile_deletion(name)) => r,
                 };
                 let wait = match r {
                     Err(_) => None,
                     Ok(Ok(r)) if r.machine.is_none() => return Ok(()),
                     Ok(Ok(_)) => Some(self.settings.poll_interval),
-                    Ok(Err(e)) if e.is_retryable() => Some(e.retry_after().unwrap_or(self.settings.poll_interval)),
+                    Ok(Err(e)) if e.is_retryable() => {
+                        Some(e.retry_after().unwrap_or(self.settings.poll_interval))
+                    }
                     Ok(Err(e)) => return Err(e),
                 };
-                match wait {
-                    Some(wait) if Instant::now() + wait < deadline => tokio::time::sleep(wait).await,
+                match wait.and_then(|w| Instant::now().checked_add(w)) {
+                    Some(wake) if wake < deadline => tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => return Err(cancelled()),
+                        _ = tokio::time::sleep_until(wake) => {}
+                    },
                     _ => {
                         return Err(Error::timeout(format!(
-                            "machine {name} was not gone within {}",
-                            humantime::format_duration(self.settings.deadlines.delete)
+                            "machine {name} was not gone within {} (the deadlines.delete deadline)",
+                            humantime::format_duration(limit)
                         )));
                     }
                 }
@@ -188,6 +227,14 @@ impl Composer {
         .instrument(span)
         .await
     }
+}
+
+/// `start + d`, or a far-off instant when that does not fit (validated settings never
+/// get there; this keeps a hand-built one from panicking).
+fn after(start: Instant, d: Duration) -> Instant {
+    start
+        .checked_add(d)
+        .unwrap_or_else(|| start + super::MAX_DURATION)
 }
 
 fn describe(m: &Machine) -> String {
@@ -199,17 +246,4 @@ fn describe(m: &Machine) -> String {
         ));
     }
     s
-}
-
-fn timeout(spec: &MachineSpec, stage: Stage, d: &super::Deadlines, last_seen: &str) -> Error {
-    let (what, limit) = match stage {
-        Stage::Create => ("was not created", d.create),
-        Stage::Boot => ("did not start running", d.boot),
-        Stage::Bootstrap => ("did not finish bootstrapping", d.bootstrap),
-    };
-    Error::timeout(format!(
-        "machine {} {what} within {}; last seen: {last_seen}",
-        spec.name,
-        humantime::format_duration(limit)
-    ))
 }

@@ -25,6 +25,13 @@ pub(crate) struct StepState {
     layers_done: usize,
     completion_done: bool,
     last_phase: Option<Phase>,
+    /// The status the caller last recorded: its conditions keep their transition times,
+    /// and a machine it saw Ready is not bootstrapped again while it keeps running.
+    previous: Option<Machine>,
+    /// End the step when the machine enters a new phase (created, running), so that the
+    /// caller applies the new phase's deadline to what comes next. `provision` sets it;
+    /// `reconcile` has no deadlines and goes as far as it can in one step.
+    stop_at_phase_change: bool,
     pub(crate) timeline: TimelineRecorder,
 }
 
@@ -37,7 +44,27 @@ impl StepState {
             layers_done: 0,
             completion_done: false,
             last_phase: None,
+            previous: None,
+            stop_at_phase_change: false,
             timeline: TimelineRecorder::start(),
+        }
+    }
+
+    /// State for `provision`: one phase per step.
+    pub(crate) fn phased() -> Self {
+        StepState {
+            stop_at_phase_change: true,
+            ..StepState::new()
+        }
+    }
+
+    /// State for a `reconcile` that knows the status recorded last time.
+    fn after(previous: Option<&Machine>) -> Self {
+        StepState {
+            provider_id: previous.map(|m| m.provider_id.clone()),
+            last_phase: previous.map(|m| m.phase),
+            previous: previous.cloned(),
+            ..StepState::new()
         }
     }
 
@@ -58,9 +85,21 @@ impl Composer {
     ///
     /// Errors decide the requeue, as in kube-runtime: retryable kinds are worth trying
     /// again; a permanent one (a layer's command failed) needs a change first.
-    pub async fn reconcile(&self, spec: &MachineSpec) -> Result<Reconciled> {
+    ///
+    /// `previous` is the machine as the last reconcile returned it (a controller keeps it
+    /// in the object's status), or `None`. With it, conditions keep their
+    /// `lastTransition` while their status holds, so a controller that writes status back
+    /// does not retrigger itself; and a machine that was Ready stays Ready without a
+    /// connection while its provider reports it running. Pass `None` to verify the
+    /// software again from scratch.
+    pub async fn reconcile(
+        &self,
+        spec: &MachineSpec,
+        previous: Option<&Machine>,
+    ) -> Result<Reconciled> {
         spec.validate()?;
-        self.step(spec, &mut StepState::new())
+        let previous = previous.filter(|m| m.name == spec.name);
+        self.step(spec, &mut StepState::after(previous))
             .instrument(tracing::info_span!("reconcile", machine = %spec.name))
             .await
     }
@@ -110,8 +149,8 @@ impl Composer {
             },
             None => self.provider.find(&spec.name).await?,
         };
-        let mut m = match observed {
-            Some(m) => m,
+        let (mut m, created_now) = match observed {
+            Some(m) => (m, false),
             None => {
                 let user_data = st.user_data.as_ref().and_then(Option::as_ref);
                 let m = self
@@ -122,12 +161,26 @@ impl Composer {
                 self.events
                     .emit(&spec.name, m.phase, || format!("created {}", m.provider_id));
                 st.last_phase = Some(m.phase);
-                m
+                (m, true)
             }
         };
         st.timeline.mark(|t| &mut t.created);
         st.provider_id = Some(m.provider_id.clone());
         self.add_pinned_host_keys(spec, &mut m)?;
+        let previous = st
+            .previous
+            .take()
+            .filter(|p| p.provider_id == m.provider_id);
+        if let Some(p) = &previous {
+            m.keep_conditions_of(p);
+        }
+        if created_now && st.stop_at_phase_change {
+            self.note_phase(&m, st);
+            return Ok(Reconciled {
+                machine: Some(m),
+                action: Action::Requeue(Duration::ZERO),
+            });
+        }
 
         let action = match m.phase {
             Phase::Pending | Phase::Provisioning | Phase::Deleting => {
@@ -136,6 +189,7 @@ impl Composer {
             Phase::Deleted => Action::Requeue(Duration::ZERO),
             Phase::Failed => Action::AwaitChange,
             Phase::Provisioned | Phase::Bootstrapping | Phase::Ready => {
+                let first_seen_running = st.timeline().running.is_none();
                 st.timeline.mark(|t| &mut t.running);
                 m.set_condition(
                     "InfrastructureReady",
@@ -143,9 +197,18 @@ impl Composer {
                     "Running",
                     "the provider reports the machine running",
                 );
-                self.bootstrap_step(&mut m, st)
-                    .instrument(tracing::info_span!("bootstrap"))
-                    .await?
+                if previous.as_ref().is_some_and(|p| p.phase == Phase::Ready) {
+                    // Ready stays Ready while the provider reports it running: no
+                    // connection, no re-check on every resync.
+                    m.phase = Phase::Ready;
+                    Action::AwaitChange
+                } else if first_seen_running && st.stop_at_phase_change {
+                    Action::Requeue(Duration::ZERO)
+                } else {
+                    self.bootstrap_step(&mut m, st)
+                        .instrument(tracing::info_span!("bootstrap"))
+                        .await?
+                }
             }
         };
         if m.phase == Phase::Ready {

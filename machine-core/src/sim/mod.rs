@@ -17,7 +17,10 @@ mod host;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so that composer tests run on a paused clock.
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 
