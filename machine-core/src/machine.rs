@@ -317,6 +317,16 @@ impl Machine {
         }
     }
 
+    /// Carries over `earlier`'s conditions that this machine does not have, so that
+    /// setting them again keeps their transition time while their status holds.
+    pub fn keep_conditions_of(&mut self, earlier: &Machine) {
+        for c in &earlier.conditions {
+            if self.condition(&c.kind).is_none() {
+                self.conditions.push(c.clone());
+            }
+        }
+    }
+
     /// Marks the machine failed with `reason` and `message`.
     pub fn fail(&mut self, reason: &str, message: impl Into<String>) {
         self.phase = Phase::Failed;

@@ -10,7 +10,7 @@ use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
 
 use crate::error::{Error, Result};
 
-/// How to retry: capped exponential backoff with full jitter, for retryable errors only.
+/// How to retry: capped exponential backoff with jitter, for retryable errors only.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
     /// Attempts after the first; 0 disables retrying.
@@ -21,7 +21,8 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// The growth factor between delays.
     pub factor: f32,
-    /// Add random jitter to each delay so that many clients do not retry in step.
+    /// Draw each delay at random from its upper half (`[d/2, d]`, never above
+    /// `max_delay`), seeded per process, so that many clients do not retry in step.
     pub jitter: bool,
 }
 
@@ -49,16 +50,23 @@ impl RetryPolicy {
 
     /// The successive delays this policy would wait (with jitter when enabled).
     pub fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
-        self.builder().build()
+        self.backoff()
     }
 
-    fn builder(&self) -> ExponentialBuilder {
-        let b = ExponentialBuilder::default()
-            .with_min_delay(self.initial_delay)
-            .with_max_delay(self.max_delay)
-            .with_factor(self.factor)
-            .with_max_times(self.max_retries);
-        if self.jitter { b.with_jitter() } else { b }
+    /// Exponential delays from backon, jittered here: backon's own jitter adds up to a
+    /// whole delay on top of the cap, and without its `std` feature draws from a fixed
+    /// seed, so replicas would retry in lockstep.
+    fn backoff(&self) -> Jittered {
+        Jittered {
+            delays: ExponentialBuilder::default()
+                .with_min_delay(self.initial_delay)
+                .with_max_delay(self.max_delay)
+                .with_factor(self.factor)
+                .with_max_times(self.max_retries)
+                .build(),
+            // Seeded per process (and per call) from the OS: no two replicas in step.
+            rng: self.jitter.then(fastrand::Rng::new),
+        }
     }
 
     /// Runs `op` until it succeeds, fails with an error that is not retryable, or the
@@ -71,7 +79,7 @@ impl RetryPolicy {
         Fut: Future<Output = Result<T>>,
     {
         let max = self.max_delay;
-        op.retry(self.builder())
+        op.retry(self.backoff())
             .sleep(tokio::time::sleep)
             .when(Error::is_retryable)
             .adjust(move |e: &Error, delay| {
@@ -84,6 +92,25 @@ impl RetryPolicy {
                 tracing::debug!(what, error = %e, ?delay, "retrying");
             })
             .await
+    }
+}
+
+/// Backoff delays with "equal jitter": each delay `d` becomes a uniform draw from
+/// `[d/2, d]`, so it never exceeds the cap and never collapses to nothing.
+struct Jittered {
+    delays: backon::ExponentialBackoff,
+    rng: Option<fastrand::Rng>,
+}
+
+impl Iterator for Jittered {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.delays.next()?;
+        Some(match &mut self.rng {
+            Some(rng) => d / 2 + (d / 2).mul_f64(rng.f64()),
+            None => d,
+        })
     }
 }
 
@@ -173,5 +200,39 @@ mod tests {
     fn delays_grow_and_are_capped() {
         let d: Vec<_> = fast().delays().collect();
         assert_eq!(d, [1, 2, 4, 4].map(Duration::from_millis).to_vec());
+    }
+
+    #[test]
+    fn jittered_delays_stay_within_the_upper_half_and_never_pass_the_cap() {
+        let policy = RetryPolicy {
+            max_retries: 50,
+            ..RetryPolicy::default()
+        };
+        let plain: Vec<_> = RetryPolicy {
+            jitter: false,
+            ..policy
+        }
+        .delays()
+        .collect();
+        for _ in 0..20 {
+            for (j, d) in policy.delays().zip(&plain) {
+                assert!(
+                    j <= *d && j >= *d / 2,
+                    "{j:?} outside [{:?}, {d:?}]",
+                    *d / 2
+                );
+                assert!(j <= policy.max_delay, "{j:?} exceeds the cap");
+            }
+        }
+    }
+
+    #[test]
+    fn jitter_differs_between_draws_so_replicas_do_not_retry_together() {
+        // Each policy seeds from the OS, as separate processes do: equal first delays to
+        // the nanosecond across 8 draws would mean a fixed seed.
+        let firsts: std::collections::HashSet<_> = (0..8)
+            .map(|_| RetryPolicy::default().delays().next().unwrap())
+            .collect();
+        assert!(firsts.len() > 1, "every draw gave {firsts:?}");
     }
 }

@@ -219,10 +219,10 @@ async fn reconcile_never_waits_for_boot_and_says_when_to_look_again() {
         .build()
         .unwrap();
     let s = spec("stepwise");
-    let r = composer.reconcile(&s).await.unwrap();
+    let r = composer.reconcile(&s, None).await.unwrap();
     assert_eq!(r.machine.as_ref().unwrap().phase, Phase::Provisioning);
     assert_eq!(r.action, Action::Requeue(Duration::from_millis(10)));
-    let r = composer.reconcile(&s).await.unwrap();
+    let r = composer.reconcile(&s, None).await.unwrap();
     assert_eq!(
         r.machine.unwrap().phase,
         Phase::Provisioning,
@@ -231,17 +231,17 @@ async fn reconcile_never_waits_for_boot_and_says_when_to_look_again() {
     assert_eq!(cloud.machine_count(), 1);
 
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let r = composer.reconcile(&s).await.unwrap();
+    let r = composer.reconcile(&s, None).await.unwrap();
     assert_eq!(r.machine.unwrap().phase, Phase::Bootstrapping);
     assert_eq!(
         r.action,
         Action::Requeue(Duration::ZERO),
         "one layer applied, one to go"
     );
-    let r = composer.reconcile(&s).await.unwrap();
+    let r = composer.reconcile(&s, None).await.unwrap();
     assert_eq!(r.machine.unwrap().phase, Phase::Ready);
     assert_eq!(r.action, Action::AwaitChange);
-    let r = composer.reconcile(&s).await.unwrap();
+    let r = composer.reconcile(&s, None).await.unwrap();
     let m = r.machine.unwrap();
     assert_eq!(m.phase, Phase::Ready);
     let host = cloud.host(&m.provider_id).unwrap();
@@ -268,12 +268,12 @@ async fn a_cut_link_requeues_and_the_rerun_resumes_without_redoing_steps() {
         .build()
         .unwrap();
     let s = spec("link-cut");
-    let r = composer.reconcile(&s).await.unwrap();
+    let r = composer.reconcile(&s, None).await.unwrap();
     let id = r.machine.unwrap().provider_id;
     assert_eq!(cloud.host(&id).unwrap().commands, ["useradd -m ops"]);
 
     cloud.set_reachable(&id, false).unwrap();
-    let r = composer.reconcile(&s).await.unwrap();
+    let r = composer.reconcile(&s, None).await.unwrap();
     let m = r.machine.unwrap();
     assert_eq!(m.phase, Phase::Bootstrapping);
     let reach = m.condition("Reachable").unwrap();
@@ -284,7 +284,7 @@ async fn a_cut_link_requeues_and_the_rerun_resumes_without_redoing_steps() {
     assert_eq!(r.action, Action::Requeue(Duration::from_millis(10)));
 
     cloud.set_reachable(&id, true).unwrap();
-    let r = composer.reconcile(&s).await.unwrap();
+    let r = composer.reconcile(&s, None).await.unwrap();
     assert_eq!(r.machine.unwrap().phase, Phase::Ready);
     assert_eq!(
         cloud.host(&id).unwrap().commands,
@@ -412,7 +412,7 @@ async fn an_unreachable_machine_times_out_in_bootstrap_saying_why() {
     let r = Composer::builder(provider.clone())
         .build()
         .unwrap()
-        .reconcile(&s)
+        .reconcile(&s, None)
         .await
         .unwrap();
     cloud
@@ -787,4 +787,51 @@ async fn host_keys_of_coupled_layers_reach_the_connector() {
         a.host_keys
             .contains(&"ssh-ed25519 AAAAPINNED pinned".to_owned())
     }));
+}
+
+#[tokio::test]
+async fn reconciling_a_ready_machine_with_its_last_status_changes_nothing_and_connects_to_nothing()
+{
+    let cloud = SimCloud::new();
+    let spy = Arc::new(AccessSpy {
+        inner: SimConnector::new(cloud.clone()),
+        seen: Default::default(),
+    });
+    let composer = Composer::builder(sim(&cloud, SimConfig::default()))
+        .decoupled(base())
+        .decoupled(app())
+        .connector(spy.clone())
+        .settings(fast_settings())
+        .build()
+        .unwrap();
+    let s = spec("steady");
+    let mut last = None;
+    while last
+        .as_ref()
+        .is_none_or(|m: &machine_core::Machine| m.phase != Phase::Ready)
+    {
+        last = composer.reconcile(&s, last.as_ref()).await.unwrap().machine;
+    }
+    let ready = last.unwrap();
+    let connects = spy.seen.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for _ in 0..3 {
+        let r = composer.reconcile(&s, Some(&ready)).await.unwrap();
+        assert_eq!(r.action, Action::AwaitChange);
+        assert_eq!(
+            r.machine.as_ref(),
+            Some(&ready),
+            "an unchanged Ready machine reconciles to the same status, transition times included"
+        );
+    }
+    assert_eq!(
+        spy.seen.lock().unwrap().len(),
+        connects,
+        "no connection to a machine already Ready"
+    );
+    // Without the last status the composer verifies from scratch, and still keeps the
+    // status the same apart from the transition times it cannot know.
+    let fresh = composer.reconcile(&s, None).await.unwrap().machine.unwrap();
+    assert_eq!(fresh.phase, Phase::Ready);
+    assert_eq!(spy.seen.lock().unwrap().len(), connects + 1);
 }
