@@ -5,19 +5,29 @@
 //! a stranger proves itself by passing them. They panic with a message naming the broken
 //! promise, as test helpers do, and clean up what they create.
 //!
+//! Call [`run_all`] for one test that runs every case in turn, or
+//! [`conformance_tests!`](crate::conformance_tests) to generate one `#[tokio::test]` per
+//! case, so that a run shows every broken promise at once.
+//!
 //! ```no_run
 //! # async fn demo() {
 //! use std::sync::Arc;
-//! use machine_core::conformance::{self, Fixture};
+//! use machine_core::conformance::{self, Clients, Fixture};
 //! use machine_core::sim::{SimCloud, SimConfig, SimProvider};
 //!
 //! let cloud = SimCloud::new();
-//! let provider = Arc::new(SimProvider::new(cloud.clone(), SimConfig::default()).unwrap());
-//! let second = Arc::new(SimProvider::new(cloud, SimConfig::default()).unwrap());
+//! let sim = |owner: &str| {
+//!     let config = SimConfig { owner: owner.into(), ..SimConfig::default() };
+//!     Arc::new(SimProvider::new(cloud.clone(), config).unwrap())
+//! };
+//! let clients = Clients::new(sim("me"), sim("me"), sim("someone-else"));
 //! let fixture = Fixture::new("sim:///m-none", |name| machine_core::MachineSpec::new(name.clone()));
-//! conformance::run_all(provider, second, &fixture).await;
+//! conformance::run_all(&clients, &fixture).await;
 //! # }
 //! ```
+//!
+//! The suite is unstable: a case may be added in any release, as the contract is written
+//! down further. A provider that fails a new case had a bug the suite did not see before.
 
 use std::fmt;
 use std::sync::Arc;
@@ -37,6 +47,44 @@ use crate::spec::MachineSpec;
 use crate::steps::{Step, StepLayer};
 use crate::user_data::{UserData, UserDataFormat};
 
+/// The clients the suite drives: all on one backend (one account, one inventory).
+#[derive(Clone)]
+pub struct Clients {
+    /// The provider under test.
+    pub provider: Arc<dyn MachineProvisioner>,
+    /// Another client instance with the same owner: a restarted process or a second
+    /// replica of a controller. It must see and adopt `provider`'s machines.
+    pub replica: Arc<dyn MachineProvisioner>,
+    /// A client with a different owner. It must never see, adopt or delete
+    /// `provider`'s machines.
+    pub other_owner: Arc<dyn MachineProvisioner>,
+}
+
+impl Clients {
+    /// The three clients.
+    pub fn new(
+        provider: Arc<dyn MachineProvisioner>,
+        replica: Arc<dyn MachineProvisioner>,
+        other_owner: Arc<dyn MachineProvisioner>,
+    ) -> Self {
+        Clients {
+            provider,
+            replica,
+            other_owner,
+        }
+    }
+}
+
+impl fmt::Debug for Clients {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Clients")
+            .field("provider", &self.provider.to_string())
+            .field("replica", &self.replica.to_string())
+            .field("other_owner", &self.other_owner.to_string())
+            .finish()
+    }
+}
+
 /// What the suite needs to know about a provider.
 pub struct Fixture {
     /// Builds a spec the provider can create for a machine named `name` (image, size,
@@ -48,12 +96,27 @@ pub struct Fixture {
     pub prefix: String,
     /// How long to wait for a machine to be gone after delete.
     pub timeout: Duration,
+    /// How long a new machine may take to run (phase Provisioned or later), as the
+    /// provider declares for its backend.
+    pub boot_timeout: Duration,
     /// How often to look while waiting.
     pub poll: Duration,
 }
 
+impl fmt::Debug for Fixture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fixture")
+            .field("unknown_id", &self.unknown_id)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("boot_timeout", &self.boot_timeout)
+            .field("poll", &self.poll)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Fixture {
-    /// A fixture with a run-unique prefix, a 60 s timeout and a 50 ms poll.
+    /// A fixture with a run-unique prefix, 60 s timeouts and a 50 ms poll.
     ///
     /// # Panics
     /// When `unknown_id` is not a provider ID URI: a bug in the calling test.
@@ -67,6 +130,7 @@ impl Fixture {
                 .expect("fixture unknown_id must be a provider ID"),
             prefix: format!("c{:x}", fastrand::u32(..) & 0xffffff),
             timeout: Duration::from_secs(60),
+            boot_timeout: Duration::from_secs(60),
             poll: Duration::from_millis(50),
         }
     }
@@ -86,6 +150,12 @@ impl Fixture {
 
     fn run_selector(&self) -> Labels {
         Labels::from([("conformance-run".to_owned(), self.prefix.clone())])
+    }
+
+    fn case_selector(&self, what: &str) -> Labels {
+        let mut selector = self.run_selector();
+        selector.insert("conformance-case".into(), what.into());
+        selector
     }
 
     async fn wait_gone(&self, p: &dyn MachineProvisioner, id: &ProviderId) {
@@ -113,10 +183,52 @@ impl Fixture {
             .unwrap_or_else(|e| panic!("{p}: delete({}) failed: {e}", m.provider_id));
         self.wait_gone(p, &m.provider_id).await;
     }
+
+    async fn create(&self, p: &dyn MachineProvisioner, what: &str) -> (MachineSpec, Machine) {
+        let spec = self.spec(what);
+        let m = p
+            .create(&spec, None)
+            .await
+            .unwrap_or_else(|e| panic!("{p}: create({}) failed: {e}", spec.name));
+        (spec, m)
+    }
 }
 
-/// Create, get, find, list and delete one machine, checking each answer.
-pub async fn create_get_find_list_delete(p: &dyn MachineProvisioner, fx: &Fixture) {
+/// The user-data format the suite sends: cloud-config where the provider takes it,
+/// else the first format it declares.
+fn sample_format(caps: &Capabilities) -> Option<UserDataFormat> {
+    let formats = &caps.user_data.as_ref()?.formats;
+    formats
+        .iter()
+        .copied()
+        .find(|f| *f == UserDataFormat::CloudConfig)
+        .or_else(|| formats.first().copied())
+}
+
+/// A small document of `format` that a provider declaring the format must accept.
+fn sample_user_data(format: UserDataFormat, marker: &str) -> UserData {
+    let text = match format {
+        UserDataFormat::CloudConfig => {
+            format!("#cloud-config\n# conformance {marker}\nruncmd:\n  - [echo, \"a: b # c\"]\n")
+        }
+        UserDataFormat::ShellScript => format!("#!/bin/sh\n# conformance {marker}\necho ok\n"),
+        UserDataFormat::CloudBoothook => {
+            format!("#cloud-boothook\n#!/bin/sh\n# conformance {marker}\n")
+        }
+        UserDataFormat::Jinja2 => format!("## template: jinja\n#cloud-config\n# {marker}\n"),
+        UserDataFormat::Ignition => format!(
+            "{{\"ignition\":{{\"version\":\"3.4.0\"}},\"storage\":{{\"files\":[{{\"path\":\"/etc/{marker}\"}}]}}}}"
+        ),
+        UserDataFormat::PowerShell => format!("<powershell>\n# {marker}\n</powershell>\n"),
+        UserDataFormat::Mime | UserDataFormat::Raw => format!("conformance {marker}\n"),
+    };
+    UserData::new(format, text)
+}
+
+/// Create, get, find, list and delete one machine, checking each answer; after the
+/// delete, `get` says not found or `Deleted`, and `find`/`list` no longer return it.
+pub async fn create_get_find_list_delete(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
     let spec = fx.spec("crud");
     let none = p
         .find(&spec.name)
@@ -176,6 +288,19 @@ pub async fn create_get_find_list_delete(p: &dyn MachineProvisioner, fx: &Fixtur
         .await
         .unwrap_or_else(|e| panic!("{p}: delete failed: {e}"));
     fx.wait_gone(p, &m.provider_id).await;
+    match p.get(&m.provider_id).await {
+        Ok(g) => assert_eq!(
+            g.phase,
+            Phase::Deleted,
+            "{p}: get after delete reports a gone machine in phase {}",
+            g.phase
+        ),
+        Err(e) => assert_eq!(
+            e.kind(),
+            ErrorKind::NotFound,
+            "{p}: get after delete: {e}"
+        ),
+    }
     let after = p
         .find(&spec.name)
         .await
@@ -191,8 +316,52 @@ pub async fn create_get_find_list_delete(p: &dyn MachineProvisioner, fx: &Fixtur
     );
 }
 
+/// The spec's labels come back whole from `create`, `get`, `find` and `list`.
+pub async fn labels_round_trip(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
+    let spec = fx
+        .spec("labels")
+        .with_label("tier", "web")
+        .with_label("team", "a.b-c_d");
+    let m = p
+        .create(&spec, None)
+        .await
+        .unwrap_or_else(|e| panic!("{p}: create failed: {e}"));
+    let got = p
+        .get(&m.provider_id)
+        .await
+        .unwrap_or_else(|e| panic!("{p}: get failed: {e}"));
+    let found = p
+        .find(&spec.name)
+        .await
+        .unwrap_or_else(|e| panic!("{p}: find failed: {e}"))
+        .unwrap_or_else(|| panic!("{p}: find misses {}", spec.name));
+    let listed = p
+        .list(&fx.case_selector("labels"))
+        .await
+        .unwrap_or_else(|e| panic!("{p}: list failed: {e}"));
+    for (what, labels) in [
+        ("create", &m.labels),
+        ("get", &got.labels),
+        ("find", &found.labels),
+    ]
+    .into_iter()
+    .chain(listed.iter().map(|l| ("list", &l.labels)))
+    {
+        for (k, v) in &spec.labels {
+            assert_eq!(
+                labels.get(k),
+                Some(v),
+                "{p}: labels do not round-trip: {what} lost label {k}={v}"
+            );
+        }
+    }
+    fx.cleanup(p, &m).await;
+}
+
 /// List selects by every label of the selector.
-pub async fn list_selects_by_labels(p: &dyn MachineProvisioner, fx: &Fixture) {
+pub async fn list_selects_by_labels(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
     let a = fx.spec("list-a").with_label("tier", "web");
     let b = fx.spec("list-b").with_label("tier", "db");
     let ma = p
@@ -222,8 +391,26 @@ pub async fn list_selects_by_labels(p: &dyn MachineProvisioner, fx: &Fixture) {
     fx.cleanup(p, &mb).await;
 }
 
+/// List returns machines in name order, whatever order they were created in.
+pub async fn list_is_in_name_order(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
+    let (_, second) = fx.create(p, "order-b").await;
+    let (_, first) = fx.create(p, "order-a").await;
+    let listed = p
+        .list(&fx.run_selector())
+        .await
+        .unwrap_or_else(|e| panic!("{p}: list failed: {e}"));
+    let names: Vec<_> = listed.iter().map(|m| m.name.as_str().to_owned()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "{p}: list is not in name order");
+    fx.cleanup(p, &first).await;
+    fx.cleanup(p, &second).await;
+}
+
 /// A second create with the same name returns the first machine and makes no other.
-pub async fn create_twice_gives_one_machine(p: &dyn MachineProvisioner, fx: &Fixture) {
+pub async fn create_twice_gives_one_machine(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
     let spec = fx.spec("twice");
     let first = p
         .create(&spec, None)
@@ -237,10 +424,8 @@ pub async fn create_twice_gives_one_machine(p: &dyn MachineProvisioner, fx: &Fix
         first.provider_id, second.provider_id,
         "{p}: a second create made a second machine"
     );
-    let mut selector = fx.run_selector();
-    selector.insert("conformance-case".into(), "twice".into());
     let listed = p
-        .list(&selector)
+        .list(&fx.case_selector("twice"))
         .await
         .unwrap_or_else(|e| panic!("{p}: list failed: {e}"));
     assert_eq!(
@@ -253,12 +438,36 @@ pub async fn create_twice_gives_one_machine(p: &dyn MachineProvisioner, fx: &Fix
     fx.cleanup(p, &first).await;
 }
 
-/// Deleting twice, and deleting what is gone, succeed.
-pub async fn delete_twice_succeeds(p: &dyn MachineProvisioner, fx: &Fixture) {
-    let m = p
-        .create(&fx.spec("delete-twice"), None)
+/// Two clients of one owner creating one name at the same moment end with one machine,
+/// and both are told its ID.
+pub async fn concurrent_creates_make_one_machine(c: &Clients, fx: &Fixture) {
+    let (p, r) = (c.provider.as_ref(), c.replica.as_ref());
+    let spec = fx.spec("race");
+    let (a, b) = tokio::join!(p.create(&spec, None), r.create(&spec, None));
+    let a = a.unwrap_or_else(|e| panic!("{p}: create failed: {e}"));
+    let b = b.unwrap_or_else(|e| panic!("{r}: concurrent create failed: {e}"));
+    let listed = p
+        .list(&fx.case_selector("race"))
         .await
-        .unwrap_or_else(|e| panic!("{p}: create failed: {e}"));
+        .unwrap_or_else(|e| panic!("{p}: list failed: {e}"));
+    let count = listed.len();
+    for m in &listed {
+        fx.cleanup(p, m).await;
+    }
+    assert_eq!(
+        count, 1,
+        "{p}: two concurrent creates of one name made {count} machines"
+    );
+    assert_eq!(
+        a.provider_id, b.provider_id,
+        "{p}: two concurrent creates of one name were told different machines"
+    );
+}
+
+/// Deleting twice, and deleting what is gone, succeed.
+pub async fn delete_twice_succeeds(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
+    let (_, m) = fx.create(p, "delete-twice").await;
     p.delete(&m.provider_id)
         .await
         .unwrap_or_else(|e| panic!("{p}: delete failed: {e}"));
@@ -272,7 +481,8 @@ pub async fn delete_twice_succeeds(p: &dyn MachineProvisioner, fx: &Fixture) {
 }
 
 /// An unknown ID is not-found for get, and deleting it succeeds.
-pub async fn unknown_id_is_not_found(p: &dyn MachineProvisioner, fx: &Fixture) {
+pub async fn unknown_id_is_not_found(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
     let e = p
         .get(&fx.unknown_id)
         .await
@@ -289,16 +499,9 @@ pub async fn unknown_id_is_not_found(p: &dyn MachineProvisioner, fx: &Fixture) {
 
 /// A new client instance (a restarted process) finds the machine an old one made and
 /// adopts it on create instead of making another.
-pub async fn new_client_adopts(
-    old: &dyn MachineProvisioner,
-    new: &dyn MachineProvisioner,
-    fx: &Fixture,
-) {
-    let spec = fx.spec("adopt");
-    let m = old
-        .create(&spec, None)
-        .await
-        .unwrap_or_else(|e| panic!("{old}: create failed: {e}"));
+pub async fn new_client_adopts(c: &Clients, fx: &Fixture) {
+    let (old, new) = (c.provider.as_ref(), c.replica.as_ref());
+    let (spec, m) = fx.create(old, "adopt").await;
     let found = new
         .find(&spec.name)
         .await
@@ -319,22 +522,165 @@ pub async fn new_client_adopts(
     fx.cleanup(new, &m).await;
 }
 
-/// User data given at create reads back the same, where the provider can show it.
-pub async fn user_data_round_trips(p: &dyn MachineProvisioner, fx: &Fixture) {
-    if p.capabilities().user_data.is_none() {
-        return;
-    }
-    let ud = UserData::new(
-        UserDataFormat::CloudConfig,
-        format!(
-            "#cloud-config\n# conformance {}\nruncmd:\n  - [echo, \"a: b # c\"]\n",
-            fx.prefix
-        ),
+/// Two owners on one backend never see each other's machines: another owner's `find`
+/// and `list` do not return them, its `get` says not found, and its `delete` leaves
+/// them alone.
+pub async fn owners_never_see_each_other(c: &Clients, fx: &Fixture) {
+    let (p, other) = (c.provider.as_ref(), c.other_owner.as_ref());
+    let (spec, m) = fx.create(p, "owner").await;
+    let found = other
+        .find(&spec.name)
+        .await
+        .unwrap_or_else(|e| panic!("{other}: find failed: {e}"));
+    assert!(
+        found.is_none(),
+        "{other}: find returns another owner's machine {}",
+        m.provider_id
     );
+    let listed = other
+        .list(&fx.run_selector())
+        .await
+        .unwrap_or_else(|e| panic!("{other}: list failed: {e}"));
+    assert!(
+        listed.iter().all(|l| l.provider_id != m.provider_id),
+        "{other}: list returns another owner's machine {}",
+        m.provider_id
+    );
+    match other.get(&m.provider_id).await {
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Ok(_) => panic!(
+            "{other}: get returns another owner's machine {}",
+            m.provider_id
+        ),
+        Err(e) => panic!("{other}: get of another owner's machine: {e}"),
+    }
+    other
+        .delete(&m.provider_id)
+        .await
+        .unwrap_or_else(|e| panic!("{other}: delete of another owner's machine failed: {e}"));
+    let still = p
+        .get(&m.provider_id)
+        .await
+        .unwrap_or_else(|e| panic!("{p}: get failed: {e}"));
+    assert!(
+        !matches!(still.phase, Phase::Deleting | Phase::Deleted),
+        "{other}: delete removed another owner's machine {}",
+        m.provider_id
+    );
+    fx.cleanup(p, &m).await;
+}
+
+/// A new machine runs (phase Provisioned or later) within the fixture's boot timeout,
+/// and its phase moves forward, never back.
+pub async fn machines_reach_running(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
+    let (_, m) = fx.create(p, "boot").await;
+    let deadline = tokio::time::Instant::now() + fx.boot_timeout;
+    let mut last = m.phase;
+    loop {
+        let got = match p.get(&m.provider_id).await {
+            Ok(got) => got,
+            Err(e) if e.is_retryable() => {
+                tokio::time::sleep(fx.poll).await;
+                continue;
+            }
+            Err(e) => panic!("{p}: get failed while the machine boots: {e}"),
+        };
+        assert_ne!(
+            got.phase,
+            Phase::Failed,
+            "{p}: the machine failed to boot: {:?}",
+            got.failure
+        );
+        assert!(
+            rank(got.phase) >= rank(last),
+            "{p}: phase went back from {last} to {}",
+            got.phase
+        );
+        last = got.phase;
+        if got.phase.is_running() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{p}: machine never reached running within {:?}: still {}",
+            fx.boot_timeout,
+            got.phase
+        );
+        tokio::time::sleep(fx.poll).await;
+    }
+    fx.cleanup(p, &m).await;
+}
+
+fn rank(phase: Phase) -> u8 {
+    match phase {
+        Phase::Pending => 0,
+        Phase::Provisioning => 1,
+        _ => 2,
+    }
+}
+
+/// Power operations the capabilities deny are refused with an error that is not
+/// worth retrying; console output is returned only where declared.
+pub async fn undeclared_operations_are_refused(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
+    let caps = p.capabilities().clone();
+    let (_, m) = fx.create(p, "ops").await;
+    for op in [PowerOp::Start, PowerOp::Stop, PowerOp::Reboot] {
+        if caps.power.supports(op) {
+            continue;
+        }
+        match p.power(&m.provider_id, op).await {
+            Ok(()) => panic!("{p}: power {op:?} succeeded though capabilities deny it"),
+            Err(e) => assert!(
+                !e.is_retryable(),
+                "{p}: an unsupported power {op:?} is a retryable error: {e}"
+            ),
+        }
+    }
+    if !caps.console_output {
+        match p.console_output(&m.provider_id).await {
+            Ok(Some(_)) => {
+                panic!("{p}: console output returned though capabilities deny it")
+            }
+            Ok(None) => {}
+            Err(e) => assert!(
+                !e.is_retryable(),
+                "{p}: undeclared console output is a retryable error: {e}"
+            ),
+        }
+    }
+    fx.cleanup(p, &m).await;
+}
+
+/// User data in a format the provider declares reads back the same, where the
+/// provider can show it; a provider that takes no user data refuses it before making
+/// a machine.
+pub async fn user_data_round_trips(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
+    let Some(format) = sample_format(p.capabilities()) else {
+        let spec = fx.spec("no-userdata");
+        let ud = UserData::new(UserDataFormat::ShellScript, "#!/bin/sh\necho no\n");
+        let e = p
+            .create(&spec, Some(&ud))
+            .await
+            .expect_err("a provider without user data accepted user data");
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{p}: user data refused: {e}");
+        let found = p
+            .find(&spec.name)
+            .await
+            .unwrap_or_else(|e| panic!("{p}: find failed: {e}"));
+        assert!(
+            found.is_none(),
+            "{p}: a machine was made for refused user data"
+        );
+        return;
+    };
+    let ud = sample_user_data(format, &fx.prefix);
     let m = p
         .create(&fx.spec("userdata"), Some(&ud))
         .await
-        .unwrap_or_else(|e| panic!("{p}: create failed: {e}"));
+        .unwrap_or_else(|e| panic!("{p}: create with {format:?} user data failed: {e}"));
     let back = p
         .user_data(&m.provider_id)
         .await
@@ -352,11 +698,12 @@ pub async fn user_data_round_trips(p: &dyn MachineProvisioner, fx: &Fixture) {
 /// User data over the declared limit is refused with an invalid-spec error on
 /// `userData` before any API call, by the composer; and by the provider itself when
 /// handed such data directly.
-pub async fn oversized_user_data_is_refused_before_any_call(
-    p: Arc<dyn MachineProvisioner>,
-    fx: &Fixture,
-) {
+pub async fn oversized_user_data_is_refused_before_any_call(c: &Clients, fx: &Fixture) {
+    let p = c.provider.clone();
     let Some(delivery) = p.capabilities().user_data.clone() else {
+        return;
+    };
+    let Some(format) = sample_format(p.capabilities()) else {
         return;
     };
     let counting = Arc::new(Counting {
@@ -394,10 +741,8 @@ pub async fn oversized_user_data_is_refused_before_any_call(
         "{p}: API calls were made for user data that cannot fit"
     );
 
-    let direct = UserData::new(
-        UserDataFormat::ShellScript,
-        format!("#!/bin/sh\n# {noise}\n"),
-    );
+    let mut direct = sample_user_data(format, &noise);
+    direct.format = format;
     let e = p
         .create(&spec, Some(&direct))
         .await
@@ -419,10 +764,8 @@ pub async fn oversized_user_data_is_refused_before_any_call(
 
 /// A provision cancelled just after the create call leaves a machine that deprovision
 /// finds and deletes.
-pub async fn cancelled_provision_is_found_by_deprovision(
-    p: Arc<dyn MachineProvisioner>,
-    fx: &Fixture,
-) {
+pub async fn cancelled_provision_is_found_by_deprovision(c: &Clients, fx: &Fixture) {
+    let p = c.provider.clone();
     let cancel = CancellationToken::new();
     let wrapper = Arc::new(CancelAfterCreate {
         inner: p.clone(),
@@ -460,22 +803,68 @@ pub async fn cancelled_provision_is_found_by_deprovision(
     );
 }
 
-/// Runs every case; `second` must be another client instance on the same backend and
-/// owner, for the adoption case.
-pub async fn run_all(
-    p: Arc<dyn MachineProvisioner>,
-    second: Arc<dyn MachineProvisioner>,
-    fx: &Fixture,
-) {
-    unknown_id_is_not_found(p.as_ref(), fx).await;
-    create_get_find_list_delete(p.as_ref(), fx).await;
-    list_selects_by_labels(p.as_ref(), fx).await;
-    create_twice_gives_one_machine(p.as_ref(), fx).await;
-    delete_twice_succeeds(p.as_ref(), fx).await;
-    new_client_adopts(p.as_ref(), second.as_ref(), fx).await;
-    user_data_round_trips(p.as_ref(), fx).await;
-    oversized_user_data_is_refused_before_any_call(p.clone(), fx).await;
-    cancelled_provision_is_found_by_deprovision(p, fx).await;
+/// Runs every case in turn, stopping at the first broken promise. For one test per
+/// case, use [`conformance_tests!`](crate::conformance_tests).
+pub async fn run_all(c: &Clients, fx: &Fixture) {
+    unknown_id_is_not_found(c, fx).await;
+    create_get_find_list_delete(c, fx).await;
+    labels_round_trip(c, fx).await;
+    list_selects_by_labels(c, fx).await;
+    list_is_in_name_order(c, fx).await;
+    create_twice_gives_one_machine(c, fx).await;
+    concurrent_creates_make_one_machine(c, fx).await;
+    delete_twice_succeeds(c, fx).await;
+    new_client_adopts(c, fx).await;
+    owners_never_see_each_other(c, fx).await;
+    machines_reach_running(c, fx).await;
+    undeclared_operations_are_refused(c, fx).await;
+    user_data_round_trips(c, fx).await;
+    oversized_user_data_is_refused_before_any_call(c, fx).await;
+    cancelled_provision_is_found_by_deprovision(c, fx).await;
+}
+
+/// Generates one `#[tokio::test]` per conformance case, in a module named
+/// `conformance_cases`. `$setup` is an async function returning `(Clients, Fixture, G)`,
+/// where `G` is anything the backend needs kept alive for the test (a simulator
+/// process, a temporary directory; `()` when nothing). The calling crate needs tokio
+/// with its `macros` and `rt` features as a dev-dependency.
+///
+/// ```ignore
+/// async fn setup() -> (Clients, Fixture, ()) { /* ... */ }
+/// machine_core::conformance_tests!(setup);
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    ($setup:ident) => {
+        $crate::conformance_tests!(@cases $setup;
+            unknown_id_is_not_found,
+            create_get_find_list_delete,
+            labels_round_trip,
+            list_selects_by_labels,
+            list_is_in_name_order,
+            create_twice_gives_one_machine,
+            concurrent_creates_make_one_machine,
+            delete_twice_succeeds,
+            new_client_adopts,
+            owners_never_see_each_other,
+            machines_reach_running,
+            undeclared_operations_are_refused,
+            user_data_round_trips,
+            oversized_user_data_is_refused_before_any_call,
+            cancelled_provision_is_found_by_deprovision,
+        );
+    };
+    (@cases $setup:ident; $($case:ident),+ $(,)?) => {
+        mod conformance_cases {
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (clients, fixture, _keep) = super::$setup().await;
+                    $crate::conformance::$case(&clients, &fixture).await;
+                }
+            )+
+        }
+    };
 }
 
 /// Counts calls to the provider (capabilities excluded).

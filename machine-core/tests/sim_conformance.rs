@@ -4,7 +4,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use machine_core::conformance::{self, Fixture};
+use machine_core::conformance::{self, Clients, Fixture};
 use machine_core::decorators::{FaultConfig, FaultInjecting, RateLimited, Retrying};
 use machine_core::sim::{SimCloud, SimConfig, SimProvider};
 use machine_core::{MachineProvisioner, MachineSpec, RetryPolicy};
@@ -21,16 +21,34 @@ fn sim(cloud: &SimCloud, config: SimConfig) -> Arc<SimProvider> {
     Arc::new(SimProvider::new(cloud.clone(), config).unwrap())
 }
 
-#[tokio::test]
-async fn sim_passes_conformance() {
-    let cloud = SimCloud::new();
-    conformance::run_all(
-        sim(&cloud, SimConfig::default()),
-        sim(&cloud, SimConfig::default()),
-        &fixture(),
+/// The provider, a replica and another owner, each made by `make(cloud, owner)`.
+fn clients(
+    cloud: &SimCloud,
+    make: impl Fn(&SimCloud, SimConfig) -> Arc<dyn MachineProvisioner>,
+    config: SimConfig,
+) -> Clients {
+    let other = SimConfig {
+        owner: format!("{}-other", config.owner),
+        ..config.clone()
+    };
+    Clients::new(
+        make(cloud, config.clone()),
+        make(cloud, config),
+        make(cloud, other),
     )
-    .await;
 }
+
+fn bare(cloud: &SimCloud, config: SimConfig) -> Arc<dyn MachineProvisioner> {
+    sim(cloud, config)
+}
+
+async fn setup() -> (Clients, Fixture, ()) {
+    let cloud = SimCloud::new();
+    (clients(&cloud, bare, SimConfig::default()), fixture(), ())
+}
+
+// One test per case, as a third-party provider's tests would have them.
+machine_core::conformance_tests!(setup);
 
 #[tokio::test]
 async fn sim_with_boot_and_delete_latency_passes_conformance() {
@@ -41,17 +59,19 @@ async fn sim_with_boot_and_delete_latency_passes_conformance() {
         delete_latency: Duration::from_millis(30),
         ..SimConfig::default()
     };
-    conformance::run_all(sim(&cloud, config.clone()), sim(&cloud, config), &fixture()).await;
+    conformance::run_all(&clients(&cloud, bare, config), &fixture()).await;
 }
 
-fn faulty(cloud: &SimCloud, seed: u64) -> Arc<dyn MachineProvisioner> {
+fn faulty(cloud: &SimCloud, config: SimConfig) -> Arc<dyn MachineProvisioner> {
+    // Fixed seeds, a different one per client, so a failure can be replayed.
+    static SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(7);
     let faults = FaultConfig {
         error_rate: 0.2,
         throttle_rate: 0.1,
         retry_after: Some(Duration::from_millis(2)),
         lost_response_rate: 0.2,
         latency_jitter: Duration::from_millis(2),
-        seed: Some(seed),
+        seed: Some(SEED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
         ..FaultConfig::default()
     };
     let policy = RetryPolicy {
@@ -61,7 +81,7 @@ fn faulty(cloud: &SimCloud, seed: u64) -> Arc<dyn MachineProvisioner> {
         ..RetryPolicy::default()
     };
     Arc::new(Retrying::new(
-        FaultInjecting::new(sim(cloud, SimConfig::default()), faults).unwrap(),
+        FaultInjecting::new(sim(cloud, config), faults).unwrap(),
         policy,
     ))
 }
@@ -71,19 +91,19 @@ fn faulty(cloud: &SimCloud, seed: u64) -> Arc<dyn MachineProvisioner> {
 #[tokio::test]
 async fn retrying_over_faults_passes_conformance() {
     let cloud = SimCloud::new();
-    conformance::run_all(faulty(&cloud, 7), faulty(&cloud, 8), &fixture()).await;
+    conformance::run_all(&clients(&cloud, faulty, SimConfig::default()), &fixture()).await;
 }
 
 #[tokio::test]
 async fn rate_limited_passes_conformance() {
     let cloud = SimCloud::new();
-    let limited = |cloud: &SimCloud| -> Arc<dyn MachineProvisioner> {
+    let limited = |cloud: &SimCloud, config| -> Arc<dyn MachineProvisioner> {
         Arc::new(RateLimited::new(
-            sim(cloud, SimConfig::default()),
+            sim(cloud, config),
             NonZeroU32::new(2000).unwrap(),
         ))
     };
-    conformance::run_all(limited(&cloud), limited(&cloud), &fixture()).await;
+    conformance::run_all(&clients(&cloud, limited, SimConfig::default()), &fixture()).await;
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use machine_core::conformance::{self, Fixture};
+use machine_core::conformance::{self, Clients, Fixture};
 use machine_core::decorators::Retrying;
 use machine_core::{MachineProvisioner, RetryPolicy};
 
@@ -29,7 +29,9 @@ async fn conformance_against_moto() {
     // A second client on the same account and owner: a restarted process.
     let second: Arc<dyn MachineProvisioner> =
         Arc::new(common::provider(&moto.endpoint, &owner).await);
-    conformance::run_all(p, second, &fixture()).await;
+    let other: Arc<dyn MachineProvisioner> =
+        Arc::new(common::provider(&moto.endpoint, &format!("{owner}-other")).await);
+    conformance::run_all(&Clients::new(p, second, other), &fixture()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,5 +42,6 @@ async fn conformance_through_the_retrying_decorator() {
         |p| -> Arc<dyn MachineProvisioner> { Arc::new(Retrying::new(p, RetryPolicy::default())) };
     let p = wrap(common::provider(&moto.endpoint, &owner).await);
     let second = wrap(common::provider(&moto.endpoint, &owner).await);
-    conformance::run_all(p, second, &fixture()).await;
+    let other = wrap(common::provider(&moto.endpoint, &format!("{owner}-other")).await);
+    conformance::run_all(&Clients::new(p, second, other), &fixture()).await;
 }

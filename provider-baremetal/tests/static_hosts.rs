@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bootstrap_ssh::{Auth, SshConfig, SshConnector};
-use machine_core::conformance::{self, Fixture};
+use machine_core::conformance::{self, Clients, Fixture};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
     CancellationToken, Composer, ErrorKind, MachineName, MachineProvisioner, MachineSpec, Phase,
@@ -92,7 +92,12 @@ async fn static_hosts_pass_the_conformance_suite() {
     let fixture = Fixture::new("static:///no-such-host", |name| {
         MachineSpec::new(name.clone())
     });
-    conformance::run_all(pool.provider("conf"), pool.provider("conf"), &fixture).await;
+    let clients = Clients::new(
+        pool.provider("conf"),
+        pool.provider("conf"),
+        pool.provider("conf-other"),
+    );
+    conformance::run_all(&clients, &fixture).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
