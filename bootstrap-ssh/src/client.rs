@@ -15,7 +15,7 @@ use crate::auth::authenticate;
 use crate::config::{SshConfig, SshTarget};
 use crate::errors::{io_error, ssh_error};
 use crate::exec::{Stdin, run};
-use crate::hostkeys::{HostKeyPin, HostKeyPolicy, verify};
+use crate::hostkeys::{HostKeyPin, HostKeyPolicy, preferred, verify_presented};
 
 /// The russh callback object: checks the server's key against the policy and keeps the
 /// reason for a refusal, which russh itself reduces to "unknown key".
@@ -34,14 +34,7 @@ impl Handler for ClientHandler {
         &mut self,
         key: &PublicKeyOrCertificate,
     ) -> Result<bool, russh::Error> {
-        let PublicKeyOrCertificate::PublicKey { key, .. } = key else {
-            self.refuse(Error::permanent(format!(
-                "{}:{}: the server presented a host certificate; only plain host keys are verified",
-                self.host, self.port
-            )));
-            return Ok(false);
-        };
-        match verify(&self.policy, &self.pins, &self.host, self.port, key) {
+        match verify_presented(&self.policy, &self.pins, &self.host, self.port, key) {
             Ok(()) => Ok(true),
             Err(e) => {
                 self.refuse(e);
@@ -152,7 +145,9 @@ impl SshClient {
             port: target.port,
             refused: refused.clone(),
         };
+        let preferred = preferred(&config.host_keys, pins, &target.host, target.port)?;
         let ssh_config = Arc::new(Config {
+            preferred,
             keepalive_interval: Some(config.keepalive_interval),
             keepalive_max: config.keepalive_max,
             nodelay: true,

@@ -45,7 +45,9 @@ async fn output_is_logged_line_by_line_secrets_never_and_insecure_always_warns()
         "the command got it"
     );
     for _ in 0..2 {
-        let insecure = sshd.config().with_host_keys(HostKeyPolicy::Insecure);
+        let insecure = sshd
+            .config()
+            .with_host_keys(HostKeyPolicy::insecure_accept_any());
         SshClient::connect(&insecure, &sshd.target(), &[])
             .await
             .unwrap();

@@ -246,7 +246,9 @@ async fn known_hosts_accept_new_and_insecure_policies() {
         .unwrap_err();
     assert!(e.to_string().contains("MISMATCH"), "{e}");
     // Insecure connects to anything.
-    let insecure = sshd.config().with_host_keys(HostKeyPolicy::Insecure);
+    let insecure = sshd
+        .config()
+        .with_host_keys(HostKeyPolicy::insecure_accept_any());
     let c = SshClient::connect(&insecure, &sshd.target(), &[])
         .await
         .unwrap();

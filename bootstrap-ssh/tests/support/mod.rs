@@ -95,6 +95,8 @@ pub struct Sshd {
     pub host: String,
     pub port: u16,
     pub host_key_pub: String,
+    /// The public lines of `more_host_keys`, in order.
+    pub more_host_key_pubs: Vec<String>,
     pub client_key: PathBuf,
     child: Child,
     log: PathBuf,
@@ -111,6 +113,11 @@ pub struct SshdOptions<'a> {
     /// Mount a private tmpfs here for this sshd and its sessions, so hosts sharing the
     /// filesystem each have their own copy of this directory.
     pub private_dir: Option<PathBuf>,
+    /// More host keys of these types (`ecdsa`, `rsa`), offered after the ed25519 one.
+    pub more_host_keys: Vec<&'a str>,
+    /// Sign the ed25519 host key with this CA private key for these principals
+    /// (`ssh-keygen -h -n`), and serve the certificate.
+    pub host_cert: Option<(PathBuf, String)>,
 }
 
 impl Default for SshdOptions<'_> {
@@ -123,6 +130,8 @@ impl Default for SshdOptions<'_> {
             wait: true,
             delay: None,
             private_dir: None,
+            more_host_keys: Vec::new(),
+            host_cert: None,
         }
     }
 }
@@ -142,6 +151,32 @@ impl Sshd {
             .unwrap()
             .trim()
             .to_owned();
+        let mut host_keys = format!("HostKey {}\n", host_key.display());
+        let mut more_host_key_pubs = Vec::new();
+        for kind in &opts.more_host_keys {
+            let k = keygen(dir.path(), &format!("host_key_{kind}"), kind, "");
+            host_keys.push_str(&format!("HostKey {}\n", k.display()));
+            let public = std::fs::read_to_string(k.with_extension("pub")).unwrap();
+            more_host_key_pubs.push(public.trim().to_owned());
+        }
+        if let Some((ca, principals)) = &opts.host_cert {
+            run(
+                "ssh-keygen",
+                &[
+                    "-q",
+                    "-s",
+                    ca.to_str().unwrap(),
+                    "-I",
+                    "test-host",
+                    "-h",
+                    "-n",
+                    principals,
+                    host_key.with_extension("pub").to_str().unwrap(),
+                ],
+            );
+            let cert = dir.path().join("host_key-cert.pub");
+            host_keys.push_str(&format!("HostCertificate {}\n", cert.display()));
+        }
         let client_key = keygen(dir.path(), "client_key", "ed25519", "");
         let mut authorized = std::fs::read_to_string(client_key.with_extension("pub")).unwrap();
         for extra in &opts.authorized {
@@ -160,7 +195,7 @@ impl Sshd {
         };
         // sshd keeps the first value of a keyword: the test's own lines go first.
         let config = format!(
-            "{}\nListenAddress {listen}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
+            "{}\nListenAddress {listen}\n{host_keys}PidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
              UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
              PermitRootLogin prohibit-password\nSetEnv SHLVL=1\nClientAliveInterval 2\nClientAliveCountMax 3\n\
              MaxStartups 200\nMaxSessions 100\nLogLevel ERROR\nSubsystem sftp internal-sftp\n",
@@ -200,6 +235,7 @@ impl Sshd {
             host,
             port,
             host_key_pub,
+            more_host_key_pubs,
             client_key,
             child,
             log,
