@@ -484,3 +484,80 @@ impl Drop for Netns {
             .status();
     }
 }
+
+/// A run-unique local user (and maybe a sudoers entry), removed on drop.
+pub struct TempUser {
+    pub name: String,
+    sudoers: PathBuf,
+}
+
+impl TempUser {
+    pub fn new(password: &str) -> TempUser {
+        need("useradd", "passwd");
+        let name = format!("bssh{}", unique());
+        let user = TempUser {
+            sudoers: PathBuf::from(format!("/etc/sudoers.d/{name}")),
+            name,
+        };
+        run(
+            "useradd",
+            &["-M", "-d", "/tmp", "-s", "/bin/sh", &user.name],
+        );
+        let mut chpasswd = Command::new("chpasswd")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        writeln!(chpasswd.stdin.take().unwrap(), "{}:{password}", user.name).unwrap();
+        assert!(chpasswd.wait().unwrap().success());
+        user
+    }
+
+    /// Runs `script` with `sh -c` as this user; panics with its stderr if it fails.
+    pub fn sh(&self, script: &str) {
+        run("runuser", &["-u", &self.name, "--", "sh", "-c", script]);
+    }
+
+    /// Starts `script` as this user in the background; killed by PID on drop of the child.
+    pub fn spawn(&self, script: &str) -> Child {
+        Command::new("runuser")
+            .args(["-u", &self.name, "--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn allow_sudo(&self) {
+        std::fs::write(
+            &self.sudoers,
+            format!("{} ALL=(ALL) NOPASSWD: ALL\n", self.name),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            &self.sudoers,
+            std::os::unix::fs::PermissionsExt::from_mode(0o440),
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for TempUser {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.sudoers);
+        // Its sessions end a moment after their connections close: retry a while.
+        for _ in 0..50 {
+            let done = Command::new("userdel")
+                .arg(&self.name)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success() || s.code() == Some(6));
+            if done {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        eprintln!("could not remove test user {}", self.name);
+    }
+}
