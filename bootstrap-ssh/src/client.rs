@@ -85,6 +85,7 @@ impl SshClient {
         target: &SshTarget,
         pins: &[HostKeyPin],
     ) -> Result<Self> {
+        config.check()?;
         let attempt = || Self::connect_once(config, target, pins);
         let what = format!("ssh connect {target}");
         let retried = config.retry.retry(&what, attempt);
@@ -106,6 +107,7 @@ impl SshClient {
         target: &SshTarget,
         pins: &[HostKeyPin],
     ) -> Result<Self> {
+        config.check()?;
         let fut = async {
             let jump = match &config.jump {
                 Some(j) => {

@@ -537,3 +537,58 @@ async fn the_ssh_agent_authenticates_when_asked() {
     .unwrap_err();
     assert_eq!(e.field(), Some("auth.agent"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absurd_durations_are_refused_naming_the_field_never_a_panic() {
+    let sshd = Sshd::start();
+    let huge = Duration::from_secs(u64::MAX);
+    // Connection timeouts, retry deadline, keepalive or command timeout no timer can
+    // hold: refused before connecting, naming the field.
+    let base = sshd.config();
+    for (config, field) in [
+        (base.clone().with_connect_timeout(huge), "connect_timeout"),
+        (base.clone().with_keepalive(huge, 3), "keepalive_interval"),
+        (
+            base.clone().with_keepalive(Duration::ZERO, 3),
+            "keepalive_interval",
+        ),
+        (base.clone().with_command_timeout(huge), "command_timeout"),
+        (
+            base.clone()
+                .with_retry(machine_core::RetryPolicy::default(), huge),
+            "connect_deadline",
+        ),
+    ] {
+        let e = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+            .await
+            .unwrap_err();
+        assert_eq!(e.field(), Some(field), "{e}");
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+    }
+    // A command's own huge timeout is harmless.
+    let c = SshClient::connect(&base, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let mut req = ExecRequest::new("echo fine");
+    req.timeout = Some(huge);
+    assert_eq!(c.exec(&req).await.unwrap().stdout, b"fine\n");
+    // A completion wait with a deadline or poll no clock can hold: refused, naming it.
+    let m = sshd.machine("absurd");
+    let check = machine_core::SentinelFile::new(sshd.dir.path().join("never").to_str().unwrap());
+    for (poll, deadline, field) in [
+        (Duration::from_millis(10), huge, "deadline"),
+        (huge, Duration::from_secs(1), "poll"),
+        (Duration::ZERO, Duration::from_secs(1), "poll"),
+    ] {
+        let e = bootstrap_ssh::wait_completion(&m, &c, &check, poll, deadline)
+            .await
+            .unwrap_err();
+        assert_eq!(e.field(), Some(field), "{e}");
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+    }
+    // The same through the runner.
+    let runner = bootstrap_ssh::LayerRunner::new(Arc::new(SshConnector::new(sshd.config())))
+        .wait_for(Arc::new(check), Duration::from_millis(10), huge);
+    let report = runner.run_one(&m).await;
+    assert_eq!(report.result.unwrap_err().field(), Some("deadline"));
+}
