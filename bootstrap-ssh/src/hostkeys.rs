@@ -190,7 +190,7 @@ pub(crate) fn verify(
         .iter()
         .filter(|e| e.marker.is_none() && e.key.is_ok())
         .collect();
-    if plain.iter().any(|e| same(e)) {
+    if plain.iter().any(same) {
         return Ok(());
     }
     if !plain.is_empty() {

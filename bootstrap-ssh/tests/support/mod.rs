@@ -142,7 +142,30 @@ impl Sshd {
         Sshd::with(SshdOptions::default())
     }
 
+    /// An sshd with `opts`. A probed port can be taken by another process before sshd
+    /// binds it: when sshd's log says so, it is started again on another port.
     pub fn with(opts: SshdOptions) -> Sshd {
+        for _ in 0..5 {
+            let mut sshd = Sshd::spawn(&opts);
+            if !opts.wait {
+                return sshd;
+            }
+            match sshd.ready(opts.netns) {
+                Ok(()) => return sshd,
+                Err(log)
+                    if opts.listen.is_none()
+                        && (log.contains("Address already in use")
+                            || log.contains("Cannot bind any address")) =>
+                {
+                    continue;
+                }
+                Err(log) => panic!("sshd did not start: {log}"),
+            }
+        }
+        panic!("sshd found no free port in 5 tries");
+    }
+
+    fn spawn(opts: &SshdOptions) -> Sshd {
         need(SSHD, "openssh-server");
         std::fs::create_dir_all("/run/sshd").unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -230,7 +253,7 @@ impl Sshd {
             .stdout(Stdio::null());
         cmd.stderr(std::fs::File::create(&log).unwrap());
         let child = cmd.spawn().expect("start sshd");
-        let sshd = Sshd {
+        Sshd {
             dir,
             host,
             port,
@@ -239,14 +262,11 @@ impl Sshd {
             client_key,
             child,
             log,
-        };
-        if opts.wait {
-            sshd.wait_ready(opts.netns);
         }
-        sshd
     }
 
-    fn wait_ready(&self, netns: Option<&str>) {
+    /// Waits until sshd listens; its log if it exited or did not listen within 10 s.
+    fn ready(&mut self, netns: Option<&str>) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let ok = match netns {
@@ -269,13 +289,11 @@ impl Sshd {
                 .is_ok(),
             };
             if ok {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "sshd did not start: {}",
-                self.log_text()
-            );
+            if Instant::now() > deadline || self.child.try_wait().ok().flatten().is_some() {
+                return Err(self.log_text());
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
