@@ -161,6 +161,13 @@ impl SshClient {
                     .await
                     .map_err(|e| io_error(&peer, e))?;
                 stream.set_nodelay(true).map_err(|e| io_error(&peer, e))?;
+                // Data the peer never acknowledges (a cut link) fails the socket within
+                // the keepalive budget: russh's keepalive cannot fire while it is blocked
+                // writing into a full send buffer.
+                #[cfg(any(target_os = "linux", target_os = "android"))]
+                socket2::SockRef::from(&stream)
+                    .set_tcp_user_timeout(Some(keepalive_budget(config)))
+                    .map_err(|e| io_error(&peer, e))?;
                 russh::client::connect_stream(ssh_config, stream, handler).await
             }
             Some(j) => {
@@ -266,6 +273,15 @@ impl Transport for SshClient {
     async fn read_file(&self, path: &str, max_bytes: usize) -> Result<Option<Vec<u8>>> {
         crate::upload::read_file(self, path, max_bytes).await
     }
+}
+
+/// How long a dead link may go unnoticed: the keepalive interval times one more than
+/// the unanswered keepalives allowed.
+fn keepalive_budget(config: &SshConfig) -> Duration {
+    let rounds = u32::try_from(config.keepalive_max)
+        .unwrap_or(u32::MAX)
+        .saturating_add(1);
+    config.keepalive_interval.saturating_mul(rounds)
 }
 
 pub(crate) fn humantime_secs(d: Duration) -> String {
