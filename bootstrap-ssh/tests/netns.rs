@@ -333,13 +333,27 @@ async fn a_session_killed_mid_upload_fails_at_once_and_the_retry_cleans_up() {
         tokio::spawn(async move { client.upload(&file).await })
     };
     upload_started(dir.path(), "big.bin").await;
-    // SIGKILL every session process of this sshd (its children), by PID.
-    let children =
-        std::fs::read_to_string(format!("/proc/{}/task/{}/children", sshd.pid(), sshd.pid()))
-            .unwrap();
-    assert!(!children.trim().is_empty(), "a session process exists");
-    for pid in children.split_whitespace() {
-        support::run("kill", &["-KILL", pid]);
+    // SIGKILL every session process of this sshd and everything under it (the upload's
+    // shell too, so no trap of its own can clean up), by PID.
+    fn descendants(pid: u32, out: &mut Vec<u32>) {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for c in children.split_whitespace() {
+            let c: u32 = c.parse().unwrap();
+            out.push(c);
+            descendants(c, out);
+        }
+    }
+    let mut doomed = Vec::new();
+    descendants(sshd.pid(), &mut doomed);
+    assert!(
+        doomed.len() >= 2,
+        "a session and its shell exist: {doomed:?}"
+    );
+    for pid in &doomed {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
     }
     let cut = Instant::now();
     let e = tokio::time::timeout(Duration::from_secs(10), upload)
@@ -349,6 +363,12 @@ async fn a_session_killed_mid_upload_fails_at_once_and_the_retry_cleans_up() {
         .unwrap_err();
     assert!(e.is_retryable(), "transient: {e}");
     eprintln!("noticed after {:?}: {e}", cut.elapsed());
+    let partial: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(
+        partial.len(),
+        1,
+        "the killed upload left its partial file behind"
+    );
     let client = SshClient::connect(&config, &target, &sshd.pins())
         .await
         .unwrap();
