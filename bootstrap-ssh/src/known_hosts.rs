@@ -299,7 +299,8 @@ mod tests {
             format!(
                 "# hashable\nh1,h2  {ed}\n\n[h1]:2222\t{ec}\n10.0.0.5,hx {rsa} c\n@revoked h6 {ed}\n"
             ),
-            format!("zz {ed}\n[10.1.2.3]:2200 {ec}\nH9 {rsa}\n"),
+            format!("zz {ed}\n[10.1.2.3]:2200 {ec}\nH9 {rsa}\nfd00::1,[fd00::2]:2222 {ed}\n"),
+            format!("fd00::*,!fd00::9 {ec}\n[fd00::*]:22?? {rsa}\n"),
             format!(
                 "@revoked @cert-authority h1 {ed}\n@revoked\th1 {ed}\n@cert-authority  h1,zz\t{ec}\n@CA h1 {ed}\n@ h1 {ed}\n"
             ),
