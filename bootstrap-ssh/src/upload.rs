@@ -71,10 +71,10 @@ fn upload_script(file: &FileUpload, sha256: &str) -> Result<String> {
     let dir = if dir.is_empty() { "/" } else { dir };
     Ok(format!(
         r#"set -e
-umask 077
 d={dir}
 b={base}
 mkdir -p -- "$d"
+umask 077
 cd -P -- "$d"
 D=$(pwd -P)
 for x in ."$b".bssh-*; do
@@ -186,8 +186,8 @@ mod tests {
     fn script_quotes_the_path() {
         let path = "/tmp/it's $(here) `x`";
         let s = upload_script(&FileUpload::new(path, "a"), "abcdef0123").unwrap();
-        let d = s.lines().nth(2).unwrap();
-        let b = s.lines().nth(3).unwrap();
+        let d = s.lines().nth(1).unwrap();
+        let b = s.lines().nth(2).unwrap();
         let out = std::process::Command::new("sh")
             .args(["-c", &format!("{d}; {b}; printf '%s/%s' \"$d\" \"$b\"")])
             .output()

@@ -102,6 +102,9 @@ async fn a_10_mib_upload_is_atomic_checksummed_with_mode_and_owner() {
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o640);
     assert_eq!(meta.uid(), 65534, "owned by nobody");
+    // Directories it had to create get the usual mode, not the upload's private one.
+    let created = std::fs::metadata(path.parent().unwrap()).unwrap();
+    assert_eq!(created.mode() & 0o777, 0o755, "deep/er is 0755");
     let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().file_name())
