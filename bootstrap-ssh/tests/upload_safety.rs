@@ -148,7 +148,8 @@ async fn a_user_owning_the_directory_cannot_redirect_root_uploads() {
     let racer = Kill(racer);
     let mut failed = 0;
     for i in 0..20 {
-        let body = format!("round {i}\n");
+        // Big enough that the upload's private directory lives a while.
+        let body = format!("round {i}\n").repeat(256 * 1024);
         if c.upload(&FileUpload::new(target.to_str().unwrap(), body).mode(0o644))
             .await
             .is_err()
@@ -158,6 +159,19 @@ async fn a_user_owning_the_directory_cannot_redirect_root_uploads() {
         victim.assert_untouched(&format!("race round {i}"));
     }
     drop(racer);
-    eprintln!("{failed} of 20 racing uploads refused");
+    let swapped = std::fs::read_dir(theirs.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("x.")
+        })
+        .count();
+    eprintln!("{failed} of 20 racing uploads refused; {swapped} entries swapped by the racer");
+    // The race really ran: the racer moved upload directories away mid-upload (an upload
+    // already inside its directory finishes there; one not yet inside is refused).
+    assert!(swapped > 0, "the racer never caught an upload");
     victim.assert_untouched("after the race");
 }
