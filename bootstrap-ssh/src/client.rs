@@ -15,7 +15,7 @@ use crate::auth::authenticate;
 use crate::config::{SshConfig, SshTarget};
 use crate::errors::{io_error, ssh_error};
 use crate::exec::{Stdin, run};
-use crate::hostkeys::{HostKeyPin, HostKeyPolicy, verify};
+use crate::hostkeys::{HostKeyPin, HostKeyPolicy, preferred, verify_presented};
 
 /// The russh callback object: checks the server's key against the policy and keeps the
 /// reason for a refusal, which russh itself reduces to "unknown key".
@@ -34,14 +34,7 @@ impl Handler for ClientHandler {
         &mut self,
         key: &PublicKeyOrCertificate,
     ) -> Result<bool, russh::Error> {
-        let PublicKeyOrCertificate::PublicKey { key, .. } = key else {
-            self.refuse(Error::permanent(format!(
-                "{}:{}: the server presented a host certificate; only plain host keys are verified",
-                self.host, self.port
-            )));
-            return Ok(false);
-        };
-        match verify(&self.policy, &self.pins, &self.host, self.port, key) {
+        match verify_presented(&self.policy, &self.pins, &self.host, self.port, key) {
             Ok(()) => Ok(true),
             Err(e) => {
                 self.refuse(e);
@@ -92,6 +85,7 @@ impl SshClient {
         target: &SshTarget,
         pins: &[HostKeyPin],
     ) -> Result<Self> {
+        config.check()?;
         let attempt = || Self::connect_once(config, target, pins);
         let what = format!("ssh connect {target}");
         let retried = config.retry.retry(&what, attempt);
@@ -113,6 +107,7 @@ impl SshClient {
         target: &SshTarget,
         pins: &[HostKeyPin],
     ) -> Result<Self> {
+        config.check()?;
         let fut = async {
             let jump = match &config.jump {
                 Some(j) => {
@@ -152,7 +147,9 @@ impl SshClient {
             port: target.port,
             refused: refused.clone(),
         };
+        let preferred = preferred(&config.host_keys, pins, &target.host, target.port)?;
         let ssh_config = Arc::new(Config {
+            preferred,
             keepalive_interval: Some(config.keepalive_interval),
             keepalive_max: config.keepalive_max,
             nodelay: true,
@@ -164,6 +161,13 @@ impl SshClient {
                     .await
                     .map_err(|e| io_error(&peer, e))?;
                 stream.set_nodelay(true).map_err(|e| io_error(&peer, e))?;
+                // Data the peer never acknowledges (a cut link) fails the socket within
+                // the keepalive budget: russh's keepalive cannot fire while it is blocked
+                // writing into a full send buffer.
+                #[cfg(any(target_os = "linux", target_os = "android"))]
+                socket2::SockRef::from(&stream)
+                    .set_tcp_user_timeout(Some(keepalive_budget(config)))
+                    .map_err(|e| io_error(&peer, e))?;
                 russh::client::connect_stream(ssh_config, stream, handler).await
             }
             Some(j) => {
@@ -269,6 +273,15 @@ impl Transport for SshClient {
     async fn read_file(&self, path: &str, max_bytes: usize) -> Result<Option<Vec<u8>>> {
         crate::upload::read_file(self, path, max_bytes).await
     }
+}
+
+/// How long a dead link may go unnoticed: the keepalive interval times one more than
+/// the unanswered keepalives allowed.
+fn keepalive_budget(config: &SshConfig) -> Duration {
+    let rounds = u32::try_from(config.keepalive_max)
+        .unwrap_or(u32::MAX)
+        .saturating_add(1);
+    config.keepalive_interval.saturating_mul(rounds)
 }
 
 pub(crate) fn humantime_secs(d: Duration) -> String {

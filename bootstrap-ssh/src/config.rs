@@ -21,14 +21,22 @@ pub struct SshTarget {
 }
 
 impl SshTarget {
-    /// A target; an empty host or user, or port 0, is an invalid-spec error naming the field.
+    /// A target; an empty host or user, one holding whitespace, a control character
+    /// (NUL), '/' or a leading '-', or port 0, is an invalid-spec error naming the field.
     pub fn new(host: impl Into<String>, port: u16, user: impl Into<String>) -> Result<Self> {
         let t = SshTarget {
             host: host.into(),
             port,
             user: user.into(),
         };
-        if t.host.trim().is_empty() || t.host.chars().any(char::is_whitespace) {
+        // Whitespace, control characters (NUL), '/' and a leading '-' are in no host name
+        // or address, and would mean something else to a shell or a path.
+        if t.host.trim().is_empty()
+            || t.host.starts_with('-')
+            || t.host
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '/' | '\\' | '@'))
+        {
             return Err(Error::invalid_spec(
                 "host",
                 format!("{:?} is not a host name or address", t.host),
@@ -37,7 +45,12 @@ impl SshTarget {
         if t.port == 0 {
             return Err(Error::invalid_spec("port", "0 is not a TCP port (1-65535)"));
         }
-        if t.user.is_empty() || t.user.chars().any(|c| c.is_whitespace() || c == '@') {
+        if t.user.is_empty()
+            || t.user.starts_with('-')
+            || t.user
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '@' | '/'))
+        {
             return Err(Error::invalid_spec(
                 "user",
                 format!("{:?} is not a user name", t.user),
@@ -203,6 +216,32 @@ impl SshConfig {
         self
     }
 
+    /// Refuses durations no timer can hold (a zero or over-a-year timeout, keepalive
+    /// interval or deadline), naming the field; checked before every connection.
+    pub fn check(&self) -> Result<()> {
+        const LIMIT: Duration = Duration::from_secs(366 * 24 * 3600);
+        let mut fields = vec![
+            ("connect_timeout", self.connect_timeout),
+            ("connect_deadline", self.connect_deadline),
+            ("keepalive_interval", self.keepalive_interval),
+        ];
+        if let Some(t) = self.command_timeout {
+            fields.push(("command_timeout", t));
+        }
+        for (field, d) in fields {
+            if d.is_zero() || d > LIMIT {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!(
+                        "{:.3}s is out of range (more than 0, at most a year)",
+                        d.as_secs_f64()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Runs every command, upload and read through `sudo -n`, for a login user that is
     /// not root (machine-core's step state lives under `/var/lib`).
     pub fn with_sudo(mut self, sudo: bool) -> Self {
@@ -240,6 +279,15 @@ mod tests {
             ("h:http", "port"),
             ("[fd00::1", "host"),
             ("@h", "user"),
+            ("ho\0st", "host"),
+            ("a/b", "host"),
+            ("ops@../etc", "host"),
+            ("-oProxyCommand=x", "host"),
+            ("h\u{7f}", "host"),
+            ("[fd00::1/64]:22", "host"),
+            ("o\0ps@h", "user"),
+            ("-x@h", "user"),
+            ("a/b@h", "user"),
         ] {
             let e = SshTarget::parse(text, "root").unwrap_err();
             assert_eq!(e.field(), Some(field), "{text:?}: {e}");

@@ -60,11 +60,19 @@ impl Tail {
     }
 }
 
-/// Splits a stream into lines for tracing, holding at most one partial line.
+/// Lines logged per stream and command; the rest is counted in one summary line, so
+/// the log stays bounded whatever the command prints (the kept tail is in the output).
+const MAX_LOG_LINES: usize = 100;
+
+/// Splits a stream into lines for tracing, holding at most one partial line, and logs at
+/// most [`MAX_LOG_LINES`] of them, then a summary of what was left out.
 struct LineLog {
     partial: Vec<u8>,
     stream: &'static str,
     on: bool,
+    logged: usize,
+    skipped_lines: u64,
+    skipped_bytes: u64,
 }
 
 impl LineLog {
@@ -73,6 +81,9 @@ impl LineLog {
             partial: Vec::new(),
             stream,
             on: tracing::enabled!(tracing::Level::DEBUG),
+            logged: 0,
+            skipped_lines: 0,
+            skipped_bytes: 0,
         }
     }
 
@@ -80,11 +91,21 @@ impl LineLog {
         if !self.on {
             return;
         }
+        if self.logged >= MAX_LOG_LINES {
+            self.skipped_bytes += data.len() as u64;
+            self.skipped_lines += data.iter().filter(|b| **b == b'\n').count() as u64;
+            return;
+        }
         let mut rest = data;
         while let Some(i) = rest.iter().position(|b| *b == b'\n') {
             self.take(&rest[..i]);
             self.emit(peer);
             rest = &rest[i + 1..];
+            if self.logged >= MAX_LOG_LINES {
+                self.skipped_bytes += rest.len() as u64;
+                self.skipped_lines += rest.iter().filter(|b| **b == b'\n').count() as u64;
+                return;
+            }
         }
         self.take(rest);
     }
@@ -99,12 +120,36 @@ impl LineLog {
         let line = String::from_utf8_lossy(&self.partial);
         tracing::debug!(peer, stream = self.stream, "{line}");
         self.partial.clear();
+        self.logged += 1;
     }
 
     fn finish(&mut self, peer: &str) {
-        if self.on && !self.partial.is_empty() {
+        if !self.on {
+            return;
+        }
+        if !self.partial.is_empty() {
             self.emit(peer);
         }
+        if self.skipped_bytes > 0 {
+            tracing::debug!(
+                peer,
+                stream = self.stream,
+                "{} more lines ({} bytes) not logged",
+                self.skipped_lines,
+                self.skipped_bytes
+            );
+        }
+    }
+}
+
+/// A command as errors name it: its first line, cut to 80 characters.
+fn label(command: &str) -> String {
+    let first = command.lines().next().unwrap_or("");
+    let cut: String = first.chars().take(80).collect();
+    if cut.len() < command.len() {
+        format!("{cut:?}...")
+    } else {
+        format!("{cut:?}")
     }
 }
 
@@ -148,13 +193,16 @@ pub(crate) async fn run(
         let mut err_log = LineLog::new("stderr");
         let mut status = None;
         let mut finished = false;
+        let (mut out_bytes, mut err_bytes) = (0u64, 0u64);
         while let Some(msg) = reader.wait().await {
             match msg {
                 ChannelMsg::Data { data } => {
+                    out_bytes += data.len() as u64;
                     out_log.push(peer, &data);
                     out.push(&data);
                 }
                 ChannelMsg::ExtendedData { data, ext: 1 } => {
+                    err_bytes += data.len() as u64;
                     err_log.push(peer, &data);
                     err.push(&data);
                 }
@@ -168,8 +216,8 @@ pub(crate) async fn run(
                 }
                 ChannelMsg::Failure => {
                     return Err(Error::permanent(format!(
-                        "{peer}: the server refused to run {:?}",
-                        req.command
+                        "{peer}: the server refused to run {}",
+                        label(&req.command)
                     )));
                 }
                 ChannelMsg::Close => break,
@@ -178,8 +226,12 @@ pub(crate) async fn run(
         }
         out_log.finish(peer);
         err_log.finish(peer);
+        tracing::debug!(peer, command = %label(&req.command), ?status, stdout_bytes = out_bytes, stderr_bytes = err_bytes, "exec finished");
         if !finished {
-            return Err(connection_lost(peer, &format!("running {:?}", req.command)));
+            return Err(connection_lost(
+                peer,
+                &format!("running {}", label(&req.command)),
+            ));
         }
         let truncated = out.cut || err.cut;
         Ok(ExecOutput {
@@ -191,9 +243,18 @@ pub(crate) async fn run(
     };
     let both = async {
         // Feed and collect together: a command may write before it has read all its input.
-        let (fed, collected) = tokio::join!(feed, collect);
-        let out = collected?;
-        if fed.is_err() && out.status.is_none() {
+        // The channel's end ends both: input still waiting for window space when the
+        // session or connection died would otherwise wait forever.
+        tokio::pin!(feed);
+        tokio::pin!(collect);
+        let mut fed_ok = None;
+        let out = loop {
+            tokio::select! {
+                fed = &mut feed, if fed_ok.is_none() => fed_ok = Some(fed.is_ok()),
+                collected = &mut collect => break collected?,
+            }
+        };
+        if fed_ok == Some(false) && out.status.is_none() {
             return Err(connection_lost(peer, "sending input"));
         }
         Ok(out)
@@ -213,7 +274,8 @@ pub(crate) async fn run(
 
 fn timed_out(peer: &str, command: &str, limit: Duration) -> Error {
     Error::timeout(format!(
-        "{peer}: command {command:?} did not finish within {}; it was sent SIGKILL",
+        "{peer}: command {} did not finish within {}; it was sent SIGKILL",
+        label(command),
         humantime_secs(limit)
     ))
 }

@@ -9,9 +9,15 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use machine_core::{Error, Result};
+use russh::Preferred;
 use russh::keys::ssh_key::Fingerprint;
-use russh::keys::{HashAlg, PublicKey};
+use russh::keys::ssh_key::certificate::CertType;
+use russh::keys::{Algorithm, Certificate, HashAlg, PublicKey, PublicKeyOrCertificate};
+
+use crate::known_hosts::{Entry, KnownHosts, Marker, lookup_name};
 
 /// What to trust when a server presents its host key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,9 +35,19 @@ pub enum HostKeyPolicy {
         /// The file where new keys are recorded, and later checked.
         known_hosts: PathBuf,
     },
-    /// Trust any key. Every connection logs a warning: this is open to a man in the
-    /// middle, and only meant for throwaway test hosts.
+    /// Trust any key: open to a man in the middle, only for throwaway test hosts. Made
+    /// only by [`HostKeyPolicy::insecure_accept_any`], so the opt-out reads as one; the
+    /// first such connection of a process says so on stderr (whatever the log level),
+    /// and every one logs a warning.
+    #[non_exhaustive]
     Insecure,
+}
+
+impl HostKeyPolicy {
+    /// Trusts any host key, verifying nothing (see [`HostKeyPolicy::Insecure`]).
+    pub fn insecure_accept_any() -> Self {
+        HostKeyPolicy::Insecure
+    }
 }
 
 impl Default for HostKeyPolicy {
@@ -116,8 +132,23 @@ impl fmt::Debug for HostKeyPin {
     }
 }
 
-/// Checks the key a server presented against the policy and pins; the error says why
-/// it was refused. `host` and `port` are the names the key is recorded under.
+/// Checks what a server presented (a plain key or a host certificate) against the
+/// policy and pins; the error says why it was refused. `host` and `port` are the names
+/// the key is recorded under.
+pub(crate) fn verify_presented(
+    policy: &HostKeyPolicy,
+    pins: &[HostKeyPin],
+    host: &str,
+    port: u16,
+    presented: &PublicKeyOrCertificate,
+) -> Result<()> {
+    match presented {
+        PublicKeyOrCertificate::PublicKey { key, .. } => verify(policy, pins, host, port, key),
+        PublicKeyOrCertificate::Certificate(cert) => verify_cert(policy, pins, host, port, cert),
+    }
+}
+
+/// Checks a plain host key against the policy and pins.
 pub(crate) fn verify(
     policy: &HostKeyPolicy,
     pins: &[HostKeyPin],
@@ -128,7 +159,7 @@ pub(crate) fn verify(
     let offered = describe(key);
     let peer = format!("{host}:{port}");
     if let HostKeyPolicy::Insecure = policy {
-        tracing::warn!(peer, key = %offered, "host key NOT verified (insecure policy): open to a man in the middle");
+        insecure_notice(&peer, &offered);
         return Ok(());
     }
     if !pins.is_empty() {
@@ -143,26 +174,35 @@ pub(crate) fn verify(
             "the pinned keys",
         ));
     }
-    let path = match policy {
-        HostKeyPolicy::Verify {
-            known_hosts: Some(p),
-        }
-        | HostKeyPolicy::AcceptNew { known_hosts: p } => p.clone(),
-        HostKeyPolicy::Verify { known_hosts: None } => default_known_hosts()?,
-        // Returned above; kept here so the match stays exhaustive.
-        HostKeyPolicy::Insecure => return Ok(()),
-    };
-    let known = russh::keys::known_hosts::known_host_keys_path(host, port, &path).map_err(|e| {
-        Error::permanent(format!("reading known_hosts {}: {e}", path.display()))
-            .with_field("known_hosts")
-    })?;
-    if known.iter().any(|(_, k)| k.key_data() == key.key_data()) {
+    let path = known_hosts_path(policy)?;
+    let file = load(&path)?;
+    let name = lookup_name(host, port);
+    let entries: Vec<&Entry> = file.matching(&name).collect();
+    let same = |e: &&&Entry| e.key.as_ref().is_ok_and(|k| k.key_data() == key.key_data());
+    if let Some(revoked) = entries
+        .iter()
+        .filter(|e| e.marker == Some(Marker::Revoked))
+        .find(same)
+    {
+        return Err(revoked_error(&peer, &offered, &path, revoked.line));
+    }
+    let plain: Vec<&&Entry> = entries
+        .iter()
+        .filter(|e| e.marker.is_none() && e.key.is_ok())
+        .collect();
+    if plain.iter().any(same) {
         return Ok(());
     }
-    if !known.is_empty() {
-        let expected: Vec<String> = known
+    if !plain.is_empty() {
+        let expected: Vec<String> = plain
             .iter()
-            .map(|(line, k)| format!("{} (line {line})", describe(k)))
+            .filter_map(|e| {
+                Some(format!(
+                    "{} (line {})",
+                    describe(e.key.as_ref().ok()?),
+                    e.line
+                ))
+            })
             .collect();
         return Err(mismatch(
             &peer,
@@ -171,23 +211,199 @@ pub(crate) fn verify(
             &path.display().to_string(),
         ));
     }
-    match policy {
-        HostKeyPolicy::AcceptNew { known_hosts } => {
-            russh::keys::known_hosts::learn_known_hosts_path(host, port, key, known_hosts)
-                .map_err(|e| {
-                    Error::permanent(format!(
-                        "recording the new host key of {peer} in {}: {e}",
-                        known_hosts.display()
-                    ))
-                })?;
-            tracing::info!(peer, key = %offered, file = %known_hosts.display(), "new host key accepted and recorded (accept-new)");
-            Ok(())
-        }
-        _ => Err(Error::permanent(format!(
-            "host key of {peer} is unknown: {offered}; pin it in the machine's access.hostKeys, add it to {}, or opt in to accept-new",
-            path.display()
-        ))),
+    if let HostKeyPolicy::AcceptNew { known_hosts } = policy {
+        russh::keys::known_hosts::learn_known_hosts_path(host, port, key, known_hosts).map_err(
+            |e| {
+                Error::permanent(format!(
+                    "recording the new host key of {peer} in {}: {e}",
+                    known_hosts.display()
+                ))
+            },
+        )?;
+        tracing::info!(peer, key = %offered, file = %known_hosts.display(), "new host key accepted and recorded (accept-new)");
+        return Ok(());
     }
+    let mut notes = String::new();
+    for e in &entries {
+        match (&e.key, e.marker) {
+            (Err(why), _) => notes.push_str(&format!("; line {} names this host but its {why}", e.line)),
+            (Ok(_), Some(Marker::CertAuthority)) => notes.push_str(&format!(
+                "; line {} trusts host certificates signed by a CA, but the server presented a plain key",
+                e.line
+            )),
+            _ => {}
+        }
+    }
+    Err(Error::permanent(format!(
+        "host key of {peer} is unknown: {offered}; pin it in the machine's access.hostKeys, add it to {}, or opt in to accept-new{notes}",
+        path.display()
+    )))
+}
+
+/// Checks a host certificate: it must be signed by a CA that an `@cert-authority` line
+/// lists for this host, be a host certificate naming the host, be within its validity
+/// period, and neither it nor its CA may be `@revoked`.
+fn verify_cert(
+    policy: &HostKeyPolicy,
+    pins: &[HostKeyPin],
+    host: &str,
+    port: u16,
+    cert: &Certificate,
+) -> Result<()> {
+    let peer = format!("{host}:{port}");
+    let ca_fp = cert.signature_key().fingerprint(HashAlg::Sha256);
+    let offered = format!(
+        "a {} host certificate {:?} signed by CA {ca_fp}",
+        cert.algorithm(),
+        cert.key_id()
+    );
+    if let HostKeyPolicy::Insecure = policy {
+        insecure_notice(&peer, &offered);
+        return Ok(());
+    }
+    if !pins.is_empty() {
+        return Err(Error::permanent(format!(
+            "{peer}: the server presented {offered}, but this host's keys are pinned; certificates are checked only against @cert-authority lines of known_hosts"
+        )));
+    }
+    let path = known_hosts_path(policy)?;
+    let file = load(&path)?;
+    let name = lookup_name(host, port);
+    let entries: Vec<&Entry> = file.matching(&name).collect();
+    for e in entries.iter().filter(|e| e.marker == Some(Marker::Revoked)) {
+        if let Ok(k) = &e.key
+            && (k.key_data() == cert.public_key() || k.key_data() == cert.signature_key())
+        {
+            return Err(revoked_error(&peer, &offered, &path, e.line));
+        }
+    }
+    let Some(ca) = entries.iter().find(|e| {
+        e.marker == Some(Marker::CertAuthority)
+            && e.key
+                .as_ref()
+                .is_ok_and(|k| k.key_data() == cert.signature_key())
+    }) else {
+        return Err(Error::permanent(format!(
+            "host certificate of {peer} refused: the server presented {offered}, but no @cert-authority line of {} lists that CA for {name}; nothing was run",
+            path.display()
+        )));
+    };
+    let refuse = |why: String| {
+        Error::permanent(format!(
+            "host certificate of {peer} refused: {offered} (CA trusted by {} line {}) {why}; nothing was run",
+            path.display(),
+            ca.line
+        ))
+    };
+    cert.validate([&ca_fp])
+        .map_err(|e| refuse(format!("does not verify: {e}")))?;
+    if cert.cert_type() != CertType::Host {
+        return Err(refuse(
+            "is a user certificate, not a host certificate".into(),
+        ));
+    }
+    let host_lc = host.to_ascii_lowercase();
+    if !cert
+        .valid_principals()
+        .iter()
+        .any(|p| p.to_ascii_lowercase() == host_lc)
+    {
+        return Err(refuse(format!(
+            "is not valid for {host} (principals: {:?})",
+            cert.valid_principals()
+        )));
+    }
+    Ok(())
+}
+
+/// The host-key algorithms to ask the server for: algorithms of keys already known for
+/// this host first (so a server with several host keys presents the one that can be
+/// checked, as OpenSSH does), and host certificates when a CA is trusted for it.
+pub(crate) fn preferred(
+    policy: &HostKeyPolicy,
+    pins: &[HostKeyPin],
+    host: &str,
+    port: u16,
+) -> Result<Preferred> {
+    let mut preferred = Preferred::DEFAULT.clone();
+    let known: Vec<Algorithm> = match policy {
+        HostKeyPolicy::Insecure => return Ok(preferred),
+        _ if !pins.is_empty() => pins
+            .iter()
+            .filter_map(|p| match p {
+                HostKeyPin::Key(k) => Some(k.algorithm()),
+                HostKeyPin::Fingerprint(_) => None,
+            })
+            .collect(),
+        _ => {
+            let file = load(&known_hosts_path(policy)?)?;
+            let name = lookup_name(host, port);
+            let mut known = Vec::new();
+            for e in file.matching(&name) {
+                match (e.marker, &e.key) {
+                    (None, Ok(k)) => known.push(k.algorithm()),
+                    (Some(Marker::CertAuthority), Ok(_)) => {
+                        preferred.host_key_certificates = preferred.key.clone();
+                    }
+                    _ => {}
+                }
+            }
+            known
+        }
+    };
+    let family = |a: &Algorithm, b: &Algorithm| match (a, b) {
+        (Algorithm::Rsa { .. }, Algorithm::Rsa { .. }) => true,
+        _ => a == b,
+    };
+    let (mut first, rest): (Vec<Algorithm>, Vec<Algorithm>) = preferred
+        .key
+        .iter()
+        .cloned()
+        .partition(|a| known.iter().any(|k| family(k, a)));
+    first.extend(rest);
+    preferred.key = first.into();
+    Ok(preferred)
+}
+
+/// Says once per process on stderr, whatever the application's log level, that host
+/// keys are not verified; every connection also logs a warning.
+fn insecure_notice(peer: &str, offered: &str) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::SeqCst) {
+        eprintln!(
+            "WARNING: bootstrap-ssh: host keys are NOT verified (HostKeyPolicy::insecure_accept_any): every connection is open to a man in the middle"
+        );
+    }
+    tracing::warn!(peer, key = %offered, "host key NOT verified (insecure policy): open to a man in the middle");
+}
+
+fn known_hosts_path(policy: &HostKeyPolicy) -> Result<PathBuf> {
+    match policy {
+        HostKeyPolicy::Verify {
+            known_hosts: Some(p),
+        }
+        | HostKeyPolicy::AcceptNew { known_hosts: p } => Ok(p.clone()),
+        _ => default_known_hosts(),
+    }
+}
+
+/// Reads a known_hosts file; a missing one is empty, as for OpenSSH.
+fn load(path: &Path) -> Result<KnownHosts> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(KnownHosts::parse(&String::from_utf8_lossy(&bytes))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(KnownHosts::default()),
+        Err(e) => Err(
+            Error::permanent(format!("reading known_hosts {}: {e}", path.display()))
+                .with_field("known_hosts"),
+        ),
+    }
+}
+
+fn revoked_error(peer: &str, offered: &str, path: &Path, line: usize) -> Error {
+    Error::permanent(format!(
+        "REVOKED HOST KEY for {peer}: the server offered {offered}, which {} line {line} marks @revoked; nothing was run",
+        path.display()
+    ))
 }
 
 fn mismatch(peer: &str, offered: &str, expected: &str, source: &str) -> Error {

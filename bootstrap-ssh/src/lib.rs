@@ -39,6 +39,7 @@ mod connector;
 mod errors;
 mod exec;
 mod hostkeys;
+mod known_hosts;
 pub mod os;
 mod runner;
 mod upload;

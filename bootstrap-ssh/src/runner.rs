@@ -214,7 +214,8 @@ fn mark(timeline: &mut Vec<Mark>, start: Instant, what: String) {
     });
 }
 
-/// Polls `check` until done, failed, or `deadline`.
+/// Polls `check` every `poll` until done, failed, or `deadline`. A zero `poll`, or a
+/// `poll` or `deadline` over a year, is an invalid-spec error naming it.
 pub async fn wait_completion(
     machine: &Machine,
     transport: &dyn Transport,
@@ -222,7 +223,29 @@ pub async fn wait_completion(
     poll: Duration,
     deadline: Duration,
 ) -> Result<()> {
-    let give_up = Instant::now() + deadline;
+    // Bounded so that no clock arithmetic can overflow, and so that a typo is an error,
+    // not a wait of centuries.
+    const LIMIT: Duration = Duration::from_secs(366 * 24 * 3600);
+    if poll.is_zero() || poll > LIMIT {
+        return Err(Error::invalid_spec(
+            "poll",
+            format!(
+                "{:.3}s is not a poll interval (more than 0, at most a year)",
+                poll.as_secs_f64()
+            ),
+        ));
+    }
+    if deadline > LIMIT {
+        return Err(Error::invalid_spec(
+            "deadline",
+            format!(
+                "{:.0}s is more than a year; give a deadline of at most {}s",
+                deadline.as_secs_f64(),
+                LIMIT.as_secs()
+            ),
+        ));
+    }
+    let start = Instant::now();
     loop {
         match check.check(machine, transport).await? {
             Completion::Done => return Ok(()),
@@ -232,7 +255,7 @@ pub async fn wait_completion(
                     machine.name
                 )));
             }
-            Completion::Pending if Instant::now() + poll > give_up => {
+            Completion::Pending if start.elapsed() + poll > deadline => {
                 return Err(Error::timeout(format!(
                     "{}: coupled software not complete within {:.1}s",
                     machine.name,

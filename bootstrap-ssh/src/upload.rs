@@ -1,13 +1,12 @@
 //! Files over the exec channel: an upload streams the content to `cat` on the machine,
-//! into a temporary file beside the target, checks its SHA-256 there, sets mode and
-//! owner, then renames it into place: a reader never sees half a file, and a corrupted
-//! one never replaces a good one.
+//! into a file in a private temporary directory beside the target, checks its SHA-256
+//! there, sets owner and mode, then renames it over the target: a reader never sees half
+//! a file, a corrupted one never replaces a good one, and links planted by other users
+//! of the directory are never written through (see [`upload_script`]).
 //!
 //! Why not SFTP: one channel and one round trip per file instead of an SFTP session,
 //! and it goes through `sudo` like every command, which an SFTP server running as the
 //! login user cannot do for root-owned paths.
-
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use machine_core::{Error, ExecRequest, FileUpload, Result};
 use sha2::{Digest, Sha256};
@@ -39,6 +38,14 @@ fn check_path(path: &str) -> Result<()> {
 }
 
 /// The shell script that receives the content on stdin.
+///
+/// Safe against other users of the target directory (a sticky /tmp, or a directory they
+/// own): the content goes into a private directory made by `mktemp -d` (a fresh,
+/// unpredictable name; mode 0700, so nobody else can plant anything inside), entered by
+/// `cd` and checked to be ours and to sit in the target directory; owner and mode are
+/// set there, and the file is renamed over the final name (`mv -T`: a symlink there is
+/// replaced, never written through). Private directories left by uploads whose shell
+/// died (a dropped connection) are removed by the next upload of the same file.
 fn upload_script(file: &FileUpload, sha256: &str) -> Result<String> {
     check_path(&file.path)?;
     if file.mode > 0o7777 {
@@ -47,7 +54,6 @@ fn upload_script(file: &FileUpload, sha256: &str) -> Result<String> {
             format!("{:#o} is not a permission mode", file.mode),
         ));
     }
-    let path = quote("path", &file.path)?;
     let chown = match &file.owner {
         Some(owner) => {
             if owner.is_empty() || owner.starts_with('-') || owner.chars().any(char::is_whitespace)
@@ -57,28 +63,42 @@ fn upload_script(file: &FileUpload, sha256: &str) -> Result<String> {
                     format!("{owner:?} is not user or user:group"),
                 ));
             }
-            format!("chown {} \"$t\"\n", quote("owner", owner)?)
+            format!("chown -- {} \"$f\"\n", quote("owner", owner)?)
         }
         None => String::new(),
     };
-    // Directory and temporary name are worked out here, not by dirname/basename on the
-    // machine: fewer processes per file.
     let (dir, base) = file.path.rsplit_once('/').unwrap_or(("", &file.path));
-    let mkdir = if dir.is_empty() {
-        String::new()
-    } else {
-        format!("mkdir -p {}\n", quote("path", dir)?)
-    };
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp = format!(
-        "{dir}/.{base}.upload-{}-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed),
-        sha256.get(..8).unwrap_or(sha256)
-    );
-    let tmp = quote("path", &tmp)?;
+    let dir = if dir.is_empty() { "/" } else { dir };
     Ok(format!(
-        "set -e\np={path}\nt={tmp}\n{mkdir}trap 'rm -f \"$t\"' EXIT\numask 077\ncat > \"$t\"\ns=$(sha256sum \"$t\")\ns=${{s%% *}}\nif [ \"$s\" != {sha256} ]; then echo \"checksum mismatch: the machine has $s, {sha256} was sent\" >&2; exit {CHECKSUM_MISMATCH}; fi\n{chown}chmod {mode:o} \"$t\"\nmv -f \"$t\" \"$p\"\ntrap - EXIT\n",
+        r#"set -e
+d={dir}
+b={base}
+mkdir -p -- "$d"
+umask 077
+cd -P -- "$d"
+D=$(pwd -P)
+for x in ."$b".bssh-*; do
+  [ -d "$x" ] && [ ! -L "$x" ] && [ -O "$x" ] || continue
+  o=${{x#."$b".bssh-}}; o=${{o%%.*}}
+  kill -0 "$o" 2>/dev/null || rm -rf -- "$x" 2>/dev/null || true
+done
+t=$(mktemp -d -- ".$b.bssh-$$.XXXXXXXXXX")
+f=
+trap 'cd / && {{ [ -z "$f" ] || rm -f -- "$D/$t/$f"; rmdir -- "$D/$t" 2>/dev/null || true; }}' EXIT
+trap 'exit 1' HUP INT TERM PIPE
+cd -P -- "$t"
+if [ "$(stat -c %u:%a .)" != "$(id -u):700" ] || ! [ .. -ef "$D" ]; then echo "the private upload directory $D/$t was replaced by another user" >&2; exit 1; fi
+f=$(mktemp -- ./.data.XXXXXXXXXX)
+cat > "$f"
+s=$(sha256sum < "$f")
+s=${{s%% *}}
+if [ "$s" != {sha256} ]; then echo "checksum mismatch: the machine has $s, {sha256} was sent" >&2; exit {CHECKSUM_MISMATCH}; fi
+{chown}chmod {mode:o} "$f"
+mv -fT -- "$f" "../$b"
+f=
+"#,
+        dir = quote("path", dir)?,
+        base = quote("path", base)?,
         mode = file.mode
     ))
 }
@@ -166,11 +186,12 @@ mod tests {
     fn script_quotes_the_path() {
         let path = "/tmp/it's $(here) `x`";
         let s = upload_script(&FileUpload::new(path, "a"), "abcdef0123").unwrap();
-        let assign = s.lines().nth(1).unwrap();
+        let d = s.lines().nth(1).unwrap();
+        let b = s.lines().nth(2).unwrap();
         let out = std::process::Command::new("sh")
-            .args(["-c", &format!("{assign}; printf '%s' \"$p\"")])
+            .args(["-c", &format!("{d}; {b}; printf '%s/%s' \"$d\" \"$b\"")])
             .output()
             .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), path, "{assign}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), path, "{d} {b}");
     }
 }

@@ -1,5 +1,5 @@
-//! What reaches the logs: output line by line, the insecure-policy warning, and never a
-//! secret. One subscriber for the whole binary, so this file holds one test.
+//! What reaches the logs: output line by line up to a bound then a summary, the
+//! insecure-policy warning, and never a secret. One subscriber for the whole binary, so this file holds one test.
 
 mod support;
 
@@ -24,7 +24,7 @@ impl Write for Captured {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn output_is_logged_line_by_line_secrets_never_and_insecure_always_warns() {
+async fn output_is_logged_line_by_line_boundedly_secrets_never_and_insecure_always_warns() {
     let captured = Captured::default();
     let writer = captured.clone();
     tracing_subscriber::fmt()
@@ -45,7 +45,9 @@ async fn output_is_logged_line_by_line_secrets_never_and_insecure_always_warns()
         "the command got it"
     );
     for _ in 0..2 {
-        let insecure = sshd.config().with_host_keys(HostKeyPolicy::Insecure);
+        let insecure = sshd
+            .config()
+            .with_host_keys(HostKeyPolicy::insecure_accept_any());
         SshClient::connect(&insecure, &sshd.target(), &[])
             .await
             .unwrap();
@@ -79,5 +81,21 @@ async fn output_is_logged_line_by_line_secrets_never_and_insecure_always_warns()
         logs.matches("NOT verified").count(),
         2,
         "a warning on every insecure connection: {logs}"
+    );
+
+    // 100 MB of short lines: the log gets a bounded share and a summary, not 100 MB.
+    let before = captured.0.lock().unwrap().len();
+    let mut flood = ExecRequest::new("yes 0123456789abcdef | head -c 100000000");
+    flood.max_output = 1 << 20;
+    let out = c.exec(&flood).await.unwrap();
+    assert!(out.truncated && out.stdout.len() == 1 << 20);
+    let grown = captured.0.lock().unwrap().len() - before;
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(grown < 64 * 1024, "{grown} bytes of log for one command");
+    assert!(
+        logs.contains("more lines (99998300 bytes) not logged")
+            && logs.contains("stdout_bytes=100000000"),
+        "a summary of the rest: {}",
+        &logs[before..]
     );
 }

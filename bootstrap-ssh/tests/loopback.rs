@@ -102,6 +102,9 @@ async fn a_10_mib_upload_is_atomic_checksummed_with_mode_and_owner() {
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o640);
     assert_eq!(meta.uid(), 65534, "owned by nobody");
+    // Directories it had to create get the usual mode, not the upload's private one.
+    let created = std::fs::metadata(path.parent().unwrap()).unwrap();
+    assert_eq!(created.mode() & 0o777, 0o755, "deep/er is 0755");
     let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -246,7 +249,9 @@ async fn known_hosts_accept_new_and_insecure_policies() {
         .unwrap_err();
     assert!(e.to_string().contains("MISMATCH"), "{e}");
     // Insecure connects to anything.
-    let insecure = sshd.config().with_host_keys(HostKeyPolicy::Insecure);
+    let insecure = sshd
+        .config()
+        .with_host_keys(HostKeyPolicy::insecure_accept_any());
     let c = SshClient::connect(&insecure, &sshd.target(), &[])
         .await
         .unwrap();
@@ -534,4 +539,59 @@ async fn the_ssh_agent_authenticates_when_asked() {
     .await
     .unwrap_err();
     assert_eq!(e.field(), Some("auth.agent"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absurd_durations_are_refused_naming_the_field_never_a_panic() {
+    let sshd = Sshd::start();
+    let huge = Duration::from_secs(u64::MAX);
+    // Connection timeouts, retry deadline, keepalive or command timeout no timer can
+    // hold: refused before connecting, naming the field.
+    let base = sshd.config();
+    for (config, field) in [
+        (base.clone().with_connect_timeout(huge), "connect_timeout"),
+        (base.clone().with_keepalive(huge, 3), "keepalive_interval"),
+        (
+            base.clone().with_keepalive(Duration::ZERO, 3),
+            "keepalive_interval",
+        ),
+        (base.clone().with_command_timeout(huge), "command_timeout"),
+        (
+            base.clone()
+                .with_retry(machine_core::RetryPolicy::default(), huge),
+            "connect_deadline",
+        ),
+    ] {
+        let e = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+            .await
+            .unwrap_err();
+        assert_eq!(e.field(), Some(field), "{e}");
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+    }
+    // A command's own huge timeout is harmless.
+    let c = SshClient::connect(&base, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let mut req = ExecRequest::new("echo fine");
+    req.timeout = Some(huge);
+    assert_eq!(c.exec(&req).await.unwrap().stdout, b"fine\n");
+    // A completion wait with a deadline or poll no clock can hold: refused, naming it.
+    let m = sshd.machine("absurd");
+    let check = machine_core::SentinelFile::new(sshd.dir.path().join("never").to_str().unwrap());
+    for (poll, deadline, field) in [
+        (Duration::from_millis(10), huge, "deadline"),
+        (huge, Duration::from_secs(1), "poll"),
+        (Duration::ZERO, Duration::from_secs(1), "poll"),
+    ] {
+        let e = bootstrap_ssh::wait_completion(&m, &c, &check, poll, deadline)
+            .await
+            .unwrap_err();
+        assert_eq!(e.field(), Some(field), "{e}");
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+    }
+    // The same through the runner.
+    let runner = bootstrap_ssh::LayerRunner::new(Arc::new(SshConnector::new(sshd.config())))
+        .wait_for(Arc::new(check), Duration::from_millis(10), huge);
+    let report = runner.run_one(&m).await;
+    assert_eq!(report.result.unwrap_err().field(), Some("deadline"));
 }

@@ -275,3 +275,147 @@ async fn a_host_reachable_only_through_a_jump_host() {
         .unwrap_err();
     assert!(e.to_string().contains("MISMATCH"), "{e}");
 }
+
+/// Content big enough to be caught mid-upload.
+fn big_content() -> Vec<u8> {
+    let mut content = vec![0u8; 64 << 20];
+    let mut x: u64 = 0x2545f4914f6cdd1d;
+    for b in content.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    content
+}
+
+/// Waits until an upload of `base` into `dir` has begun (its private directory exists).
+async fn upload_started(dir: &std::path::Path, base: &str) {
+    // Generous: the client hashes the content first, slowly in a debug build on a busy machine.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let begun = std::fs::read_dir(dir).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&format!(".{base}.bssh-"))
+        });
+        if begun {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the upload never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// After a retry, only the target itself is left in `dir`.
+fn only_target_left(dir: &std::path::Path, base: &str) {
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec![base.to_owned()], "no temporary file left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_killed_mid_upload_fails_at_once_and_the_retry_cleans_up() {
+    let net = Netns::new(1);
+    let sshd = net.sshd(0);
+    let target = SshTarget::new(net.addrs[0].clone(), 22, "root").unwrap();
+    let config = sshd.config();
+    let client = SshClient::connect(&config, &target, &sshd.pins())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.bin");
+    let file = machine_core::FileUpload::new(path.to_str().unwrap(), big_content());
+    let upload = {
+        let file = file.clone();
+        tokio::spawn(async move { client.upload(&file).await })
+    };
+    upload_started(dir.path(), "big.bin").await;
+    // SIGKILL every session process of this sshd and everything under it (the upload's
+    // shell too, so no trap of its own can clean up), by PID.
+    fn descendants(pid: u32, out: &mut Vec<u32>) {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for c in children.split_whitespace() {
+            let c: u32 = c.parse().unwrap();
+            out.push(c);
+            descendants(c, out);
+        }
+    }
+    let mut doomed = Vec::new();
+    descendants(sshd.pid(), &mut doomed);
+    assert!(
+        doomed.len() >= 2,
+        "a session and its shell exist: {doomed:?}"
+    );
+    for pid in &doomed {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    let cut = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(10), upload)
+        .await
+        .expect("the dead session is noticed at once")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.is_retryable(), "transient: {e}");
+    eprintln!("noticed after {:?}: {e}", cut.elapsed());
+    let partial: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(
+        partial.len(),
+        1,
+        "the killed upload left its partial file behind"
+    );
+    let client = SshClient::connect(&config, &target, &sshd.pins())
+        .await
+        .unwrap();
+    client.upload(&file).await.unwrap();
+    assert_eq!(std::fs::read(&path).unwrap().len(), file.content.len());
+    only_target_left(dir.path(), "big.bin");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_cut_mid_upload_fails_within_the_keepalive_budget_and_the_retry_cleans_up() {
+    let net = Netns::new(1);
+    let sshd = net.sshd(0);
+    let target = SshTarget::new(net.addrs[0].clone(), 22, "root").unwrap();
+    // Keepalive every 1 s, dropped after 2 unanswered: a budget of about 3 s.
+    let config = sshd.config();
+    let client = SshClient::connect(&config, &target, &sshd.pins())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.bin");
+    std::fs::write(&path, "old\n").unwrap();
+    let file = machine_core::FileUpload::new(path.to_str().unwrap(), big_content());
+    let upload = {
+        let file = file.clone();
+        tokio::spawn(async move { client.upload(&file).await })
+    };
+    upload_started(dir.path(), "big.bin").await;
+    net.link(0, false);
+    let cut = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(10), upload)
+        .await
+        .expect("the cut is noticed within the keepalive budget")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.is_retryable(), "transient: {e}");
+    eprintln!("noticed after {:?}: {e}", cut.elapsed());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b"old\n",
+        "the target kept its old content"
+    );
+    net.link(0, true);
+    let client = SshClient::connect(&config, &target, &sshd.pins())
+        .await
+        .unwrap();
+    client.upload(&file).await.unwrap();
+    assert_eq!(std::fs::read(&path).unwrap().len(), file.content.len());
+    only_target_left(dir.path(), "big.bin");
+}

@@ -5,69 +5,11 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::Command;
 
 use bootstrap_ssh::{Auth, SshClient, SshConfig, SshTarget};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{ErrorKind, ExecRequest, SecretString, SoftwareProvisioner};
-use support::{Sshd, SshdOptions, fast, run};
-
-struct TempUser {
-    name: String,
-    sudoers: PathBuf,
-}
-
-impl TempUser {
-    fn new(password: &str) -> TempUser {
-        support::need("useradd", "passwd");
-        let name = format!("bssh{}", support::unique());
-        let user = TempUser {
-            sudoers: PathBuf::from(format!("/etc/sudoers.d/{name}")),
-            name,
-        };
-        run(
-            "useradd",
-            &["-M", "-d", "/tmp", "-s", "/bin/sh", &user.name],
-        );
-        let mut chpasswd = Command::new("chpasswd")
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        writeln!(chpasswd.stdin.take().unwrap(), "{}:{password}", user.name).unwrap();
-        assert!(chpasswd.wait().unwrap().success());
-        user
-    }
-
-    fn allow_sudo(&self) {
-        std::fs::write(
-            &self.sudoers,
-            format!("{} ALL=(ALL) NOPASSWD: ALL\n", self.name),
-        )
-        .unwrap();
-        std::fs::set_permissions(&self.sudoers, std::fs::Permissions::from_mode(0o440)).unwrap();
-    }
-}
-
-impl Drop for TempUser {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.sudoers);
-        // Its sessions end a moment after their connections close: retry a while.
-        for _ in 0..50 {
-            let done = Command::new("userdel")
-                .arg(&self.name)
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success() || s.code() == Some(6));
-            if done {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        eprintln!("could not remove test user {}", self.name);
-    }
-}
+use support::{Sshd, SshdOptions, TempUser, fast};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn password_auth_when_asked_and_sudo_for_root_only_state() {

@@ -67,7 +67,7 @@ impl SshFlags {
         let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
         let policy = match (self.insecure, self.accept_new) {
             (true, true) => bail!("--insecure and --accept-new exclude each other"),
-            (true, false) => HostKeyPolicy::Insecure,
+            (true, false) => HostKeyPolicy::insecure_accept_any(),
             (false, true) => HostKeyPolicy::AcceptNew {
                 known_hosts: self
                     .known_hosts

@@ -95,6 +95,8 @@ pub struct Sshd {
     pub host: String,
     pub port: u16,
     pub host_key_pub: String,
+    /// The public lines of `more_host_keys`, in order.
+    pub more_host_key_pubs: Vec<String>,
     pub client_key: PathBuf,
     child: Child,
     log: PathBuf,
@@ -111,6 +113,11 @@ pub struct SshdOptions<'a> {
     /// Mount a private tmpfs here for this sshd and its sessions, so hosts sharing the
     /// filesystem each have their own copy of this directory.
     pub private_dir: Option<PathBuf>,
+    /// More host keys of these types (`ecdsa`, `rsa`), offered after the ed25519 one.
+    pub more_host_keys: Vec<&'a str>,
+    /// Sign the ed25519 host key with this CA private key for these principals
+    /// (`ssh-keygen -h -n`), and serve the certificate.
+    pub host_cert: Option<(PathBuf, String)>,
 }
 
 impl Default for SshdOptions<'_> {
@@ -123,6 +130,8 @@ impl Default for SshdOptions<'_> {
             wait: true,
             delay: None,
             private_dir: None,
+            more_host_keys: Vec::new(),
+            host_cert: None,
         }
     }
 }
@@ -133,7 +142,30 @@ impl Sshd {
         Sshd::with(SshdOptions::default())
     }
 
+    /// An sshd with `opts`. A probed port can be taken by another process before sshd
+    /// binds it: when sshd's log says so, it is started again on another port.
     pub fn with(opts: SshdOptions) -> Sshd {
+        for _ in 0..5 {
+            let mut sshd = Sshd::spawn(&opts);
+            if !opts.wait {
+                return sshd;
+            }
+            match sshd.ready(opts.netns) {
+                Ok(()) => return sshd,
+                Err(log)
+                    if opts.listen.is_none()
+                        && (log.contains("Address already in use")
+                            || log.contains("Cannot bind any address")) =>
+                {
+                    continue;
+                }
+                Err(log) => panic!("sshd did not start: {log}"),
+            }
+        }
+        panic!("sshd found no free port in 5 tries");
+    }
+
+    fn spawn(opts: &SshdOptions) -> Sshd {
         need(SSHD, "openssh-server");
         std::fs::create_dir_all("/run/sshd").unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -142,6 +174,32 @@ impl Sshd {
             .unwrap()
             .trim()
             .to_owned();
+        let mut host_keys = format!("HostKey {}\n", host_key.display());
+        let mut more_host_key_pubs = Vec::new();
+        for kind in &opts.more_host_keys {
+            let k = keygen(dir.path(), &format!("host_key_{kind}"), kind, "");
+            host_keys.push_str(&format!("HostKey {}\n", k.display()));
+            let public = std::fs::read_to_string(k.with_extension("pub")).unwrap();
+            more_host_key_pubs.push(public.trim().to_owned());
+        }
+        if let Some((ca, principals)) = &opts.host_cert {
+            run(
+                "ssh-keygen",
+                &[
+                    "-q",
+                    "-s",
+                    ca.to_str().unwrap(),
+                    "-I",
+                    "test-host",
+                    "-h",
+                    "-n",
+                    principals,
+                    host_key.with_extension("pub").to_str().unwrap(),
+                ],
+            );
+            let cert = dir.path().join("host_key-cert.pub");
+            host_keys.push_str(&format!("HostCertificate {}\n", cert.display()));
+        }
         let client_key = keygen(dir.path(), "client_key", "ed25519", "");
         let mut authorized = std::fs::read_to_string(client_key.with_extension("pub")).unwrap();
         for extra in &opts.authorized {
@@ -160,7 +218,7 @@ impl Sshd {
         };
         // sshd keeps the first value of a keyword: the test's own lines go first.
         let config = format!(
-            "{}\nListenAddress {listen}\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
+            "{}\nListenAddress {listen}\n{host_keys}PidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
              UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
              PermitRootLogin prohibit-password\nSetEnv SHLVL=1\nClientAliveInterval 2\nClientAliveCountMax 3\n\
              MaxStartups 200\nMaxSessions 100\nLogLevel ERROR\nSubsystem sftp internal-sftp\n",
@@ -195,22 +253,20 @@ impl Sshd {
             .stdout(Stdio::null());
         cmd.stderr(std::fs::File::create(&log).unwrap());
         let child = cmd.spawn().expect("start sshd");
-        let sshd = Sshd {
+        Sshd {
             dir,
             host,
             port,
             host_key_pub,
+            more_host_key_pubs,
             client_key,
             child,
             log,
-        };
-        if opts.wait {
-            sshd.wait_ready(opts.netns);
         }
-        sshd
     }
 
-    fn wait_ready(&self, netns: Option<&str>) {
+    /// Waits until sshd listens; its log if it exited or did not listen within 10 s.
+    fn ready(&mut self, netns: Option<&str>) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let ok = match netns {
@@ -233,13 +289,11 @@ impl Sshd {
                 .is_ok(),
             };
             if ok {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "sshd did not start: {}",
-                self.log_text()
-            );
+            if Instant::now() > deadline || self.child.try_wait().ok().flatten().is_some() {
+                return Err(self.log_text());
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -446,5 +500,82 @@ impl Drop for Netns {
         let _ = Command::new("ip")
             .args(["link", "del", &self.bridge])
             .status();
+    }
+}
+
+/// A run-unique local user (and maybe a sudoers entry), removed on drop.
+pub struct TempUser {
+    pub name: String,
+    sudoers: PathBuf,
+}
+
+impl TempUser {
+    pub fn new(password: &str) -> TempUser {
+        need("useradd", "passwd");
+        let name = format!("bssh{}", unique());
+        let user = TempUser {
+            sudoers: PathBuf::from(format!("/etc/sudoers.d/{name}")),
+            name,
+        };
+        run(
+            "useradd",
+            &["-M", "-d", "/tmp", "-s", "/bin/sh", &user.name],
+        );
+        let mut chpasswd = Command::new("chpasswd")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        writeln!(chpasswd.stdin.take().unwrap(), "{}:{password}", user.name).unwrap();
+        assert!(chpasswd.wait().unwrap().success());
+        user
+    }
+
+    /// Runs `script` with `sh -c` as this user; panics with its stderr if it fails.
+    pub fn sh(&self, script: &str) {
+        run("runuser", &["-u", &self.name, "--", "sh", "-c", script]);
+    }
+
+    /// Starts `script` as this user in the background; killed by PID on drop of the child.
+    pub fn spawn(&self, script: &str) -> Child {
+        Command::new("runuser")
+            .args(["-u", &self.name, "--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn allow_sudo(&self) {
+        std::fs::write(
+            &self.sudoers,
+            format!("{} ALL=(ALL) NOPASSWD: ALL\n", self.name),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            &self.sudoers,
+            std::os::unix::fs::PermissionsExt::from_mode(0o440),
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for TempUser {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.sudoers);
+        // Its sessions end a moment after their connections close: retry a while.
+        for _ in 0..50 {
+            let done = Command::new("userdel")
+                .arg(&self.name)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success() || s.code() == Some(6));
+            if done {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        eprintln!("could not remove test user {}", self.name);
     }
 }
