@@ -15,7 +15,7 @@
 //! use std::sync::Arc;
 //! use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 //! use machine_core::steps::{Step, StepLayer};
-//! use machine_core::{CancellationToken, Composer, MachineName, MachineSpec, Phase};
+//! use machine_core::{CancellationToken, Composer, MachineName, MachineSpec, Phase, SentinelFile};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> machine_core::Result<()> {
@@ -26,6 +26,7 @@
 //! let composer = Composer::builder(provider)
 //!     .coupled(Arc::new(base))   // in user data at creation
 //!     .decoupled(Arc::new(app))  // over the transport after boot
+//!     .completion(Arc::new(SentinelFile::default())) // app waits for the user data
 //!     .connector(Arc::new(SimConnector::new(cloud.clone())))
 //!     .build()?;
 //! let spec = MachineSpec::new(MachineName::new("web-1")?);
@@ -42,6 +43,7 @@
 
 mod capabilities;
 mod composer;
+pub mod conditions;
 pub mod conformance;
 pub mod decorators;
 mod error;

@@ -24,6 +24,28 @@ use crate::user_data::UserData;
 /// - **Errors** carry an [`crate::ErrorKind`]; only transient and throttled ones are
 ///   worth retrying. Implementations do not retry on their own beyond what their wire
 ///   client does for a single request; retrying is [`crate::decorators::Retrying`]'s job.
+/// - **A machine being deleted** still has its name: `find` returns it (phase
+///   `Deleting`) and `create` of that name returns it too rather than make a second
+///   one; the composer waits until it is gone and then creates anew. Once it is
+///   `Deleted` (or not found), `find` and `list` no longer return it.
+/// - **Owners**: every method sees only this instance's owner's machines. Another
+///   owner's machine is not found by `get`, `find` or `list`, and `delete` of its ID
+///   leaves it alone: it succeeds quietly or fails with a conflict error.
+/// - **Access**: by the time a machine is reported running (phase `Provisioned` or
+///   later), its [`crate::Access::ssh`] endpoint is filled in where the provider knows
+///   one, and [`crate::Access::host_keys`] holds the host keys where
+///   [`Capabilities::host_key_discovery`] says the provider can see them.
+/// - **Specs**: `create` validates the spec itself ([`MachineSpec::validate`] and its own
+///   provider settings) before any API call, since callers need not go through the
+///   composer.
+/// - **Failed means failed**: report `Failed` only for a machine that will not recover
+///   (the backend says so). A momentary misread (a timeout, a half-written record) is a
+///   retryable error instead: the composer gives up on the first `Failed`.
+/// - **Ordering**: `list` returns machines in name order.
+///
+/// Implement it with `#[async_trait]` (re-exported by this crate's dependencies as the
+/// `async_trait` crate), as the simulator in [`crate::sim`] does; read that first, it
+/// is the smallest complete provider. [`crate::conformance`] turns this list into tests.
 #[async_trait]
 pub trait MachineProvisioner: Send + Sync + std::fmt::Display {
     /// What this provider can do; cheap, and constant for the provider's life.

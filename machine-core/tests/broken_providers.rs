@@ -241,7 +241,10 @@ fn clients_with(broken: Broken, formats: Vec<UserDataFormat>) -> Clients {
 }
 
 fn clients(broken: Broken) -> Clients {
-    clients_with(broken, vec![UserDataFormat::CloudConfig, UserDataFormat::ShellScript])
+    clients_with(
+        broken,
+        vec![UserDataFormat::CloudConfig, UserDataFormat::ShellScript],
+    )
 }
 
 fn fixture() -> Fixture {

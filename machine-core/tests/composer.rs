@@ -151,6 +151,7 @@ async fn mixed_layers_split_between_user_data_and_transport() {
     let composer = Composer::builder(provider.clone())
         .coupled(base())
         .decoupled(app())
+        .completion(Arc::new(SentinelFile::default()))
         .connector(Arc::new(SimConnector::new(cloud.clone())))
         .settings(fast_settings())
         .build()
@@ -164,7 +165,8 @@ async fn mixed_layers_split_between_user_data_and_transport() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(ud.format, UserDataFormat::ShellScript);
+    // The base layer's script and the completion check's part, as MIME.
+    assert_eq!(ud.format, UserDataFormat::Mime);
     let script = String::from_utf8(ud.bytes).unwrap();
     assert!(
         script.contains("useradd -m ops") && !script.contains("systemctl"),
@@ -470,6 +472,7 @@ async fn fleets_run_with_bounded_concurrency_and_report_per_machine() {
     let composer = Composer::builder(provider)
         .coupled(base())
         .decoupled(app())
+        .completion(Arc::new(SentinelFile::default()))
         .connector(Arc::new(SimConnector::new(cloud.clone())))
         .settings(fast_settings())
         .build()
@@ -539,6 +542,18 @@ async fn builder_refuses_combinations_that_cannot_work() {
         .build()
         .unwrap_err();
     assert_eq!(e.field(), Some("completion"));
+    let e = Composer::builder(sim(&cloud, SimConfig::default()))
+        .coupled(base())
+        .decoupled(app())
+        .connector(Arc::new(SimConnector::new(cloud.clone())))
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), Some("completion"));
+    assert!(
+        e.to_string()
+            .contains("coupled layer \"base\" and decoupled layer \"app\" need a completion check"),
+        "{e}"
+    );
     let mut settings = fast_settings();
     settings.deadlines.boot = Duration::ZERO;
     let e = Composer::builder(sim(&cloud, SimConfig::default()))
@@ -767,6 +782,7 @@ async fn host_keys_of_coupled_layers_reach_the_connector() {
     let composer = Composer::builder(sim(&cloud, SimConfig::default()))
         .coupled(Arc::new(PinnedKey))
         .decoupled(app())
+        .completion(Arc::new(SentinelFile::default()))
         .connector(spy.clone())
         .settings(fast_settings())
         .build()

@@ -203,7 +203,7 @@ fn durations_too_large_to_add_to_an_instant_are_refused_naming_the_field() {
         "deadlines.boot",
         "deadlines.bootstrap",
         "deadlines.delete",
-        "poll_interval",
+        "pollInterval",
     ] {
         let mut s = ComposerSettings::default();
         match field {
@@ -226,8 +226,8 @@ fn durations_too_large_to_add_to_an_instant_are_refused_naming_the_field() {
     )
     .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{e}");
-    let e = ComposerSettings::from_yaml("poll_interval: 2h\n").unwrap_err();
-    assert_eq!(e.field(), Some("poll_interval"), "{e}");
+    let e = ComposerSettings::from_yaml("pollInterval: 2h\n").unwrap_err();
+    assert_eq!(e.field(), Some("pollInterval"), "{e}");
 }
 
 #[tokio::test]

@@ -76,9 +76,14 @@ impl Default for Deadlines {
     }
 }
 
-/// How the composer drives machines.
+/// How the composer drives machines. Read from YAML in camelCase (`pollInterval`,
+/// `onFailure`), as every other document of the project; the snake_case names of
+/// earlier releases are still accepted.
+///
+/// The defaults: deadlines of 2 minutes to create, 10 to boot, 20 to bootstrap and 10
+/// to delete; a 2 s poll interval; failed machines kept for debugging.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ComposerSettings {
     /// Per-phase deadlines for `provision` and `deprovision`.
     #[serde(default)]
@@ -86,10 +91,14 @@ pub struct ComposerSettings {
     /// How long to wait before looking again at a machine that is booting, unreachable
     /// or still bootstrapping. Must be greater than zero and at most
     /// [`MAX_POLL_INTERVAL`].
-    #[serde(default = "default_poll", with = "humantime_serde")]
+    #[serde(
+        default = "default_poll",
+        with = "humantime_serde",
+        alias = "poll_interval"
+    )]
     pub poll_interval: Duration,
     /// What `provision` does with a machine that failed.
-    #[serde(default)]
+    #[serde(default, alias = "on_failure")]
     pub on_failure: FailurePolicy,
 }
 
@@ -116,7 +125,7 @@ impl ComposerSettings {
     }
 
     /// Refuses zero durations, deadlines over [`MAX_DURATION`] and a poll interval over
-    /// [`MAX_POLL_INTERVAL`], naming the field.
+    /// [`MAX_POLL_INTERVAL`], naming the field (`deadlines.boot`, `pollInterval`).
     pub fn validate(&self) -> Result<()> {
         let d = &self.deadlines;
         for (field, value, max) in [
@@ -124,7 +133,7 @@ impl ComposerSettings {
             ("deadlines.boot", d.boot, MAX_DURATION),
             ("deadlines.bootstrap", d.bootstrap, MAX_DURATION),
             ("deadlines.delete", d.delete, MAX_DURATION),
-            ("poll_interval", self.poll_interval, MAX_POLL_INTERVAL),
+            ("pollInterval", self.poll_interval, MAX_POLL_INTERVAL),
         ] {
             if value.is_zero() {
                 return Err(Error::invalid_spec(field, "must be greater than zero"));
@@ -146,6 +155,7 @@ impl ComposerSettings {
 
 /// When to look at a machine again, as kube-runtime's `Action` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a controller returns the action, or the machine is never looked at again"]
 pub enum Action {
     /// Reconcile again after this long (zero: at once, progress was made).
     Requeue(Duration),
@@ -153,8 +163,28 @@ pub enum Action {
     AwaitChange,
 }
 
+impl Action {
+    /// The action a controller's error policy returns for a failed reconcile, given its
+    /// usual poll interval `poll`:
+    /// - throttled: after the error's `retry_after` (else `poll`);
+    /// - transient, timeout, conflict: after `poll`;
+    /// - quota exceeded: after ten times `poll` (capacity rarely frees up in seconds);
+    /// - invalid spec, permanent, unauthorized, not found, cancelled: wait for a change,
+    ///   since trying the same thing again gives the same answer.
+    pub fn for_error(e: &Error, poll: Duration) -> Action {
+        use crate::ErrorKind as K;
+        match e.kind() {
+            K::Throttled => Action::Requeue(e.retry_after().unwrap_or(poll)),
+            K::Transient | K::Timeout | K::Conflict => Action::Requeue(poll),
+            K::QuotaExceeded => Action::Requeue(poll.saturating_mul(10)),
+            _ => Action::AwaitChange,
+        }
+    }
+}
+
 /// The outcome of one reconcile step.
 #[derive(Debug, Clone)]
+#[must_use = "the action says when to look at the machine again"]
 pub struct Reconciled {
     /// The machine as seen after the step, with the composer's phase and conditions;
     /// `None` when there is no machine (after a deletion).
@@ -256,8 +286,9 @@ impl ComposerBuilder {
     }
 
     /// Checks that every layer supports its mode, layer names are unique, decoupled
-    /// layers and completion checks have a connector, and coupled layers have a provider
-    /// that takes user data. Errors name the layer (`layers[i]`).
+    /// layers and completion checks have a connector, coupled layers have a provider
+    /// that takes user data, and coupled and decoupled layers together have a completion
+    /// check. Errors name the layer (`layers[i]`) or `completion`.
     pub fn build(self) -> Result<Composer> {
         self.settings.validate().map_err(|e| e.within("settings"))?;
         let caps = self.provider.capabilities();
@@ -295,6 +326,29 @@ impl ComposerBuilder {
                 }
                 _ => {}
             }
+        }
+        let first = |mode: Mode| {
+            self.layers
+                .iter()
+                .find(|l| l.mode == mode)
+                .map(|l| l.software.name())
+        };
+        if let (Some(coupled), Some(decoupled), None) = (
+            first(Mode::Coupled),
+            first(Mode::Decoupled),
+            &self.completion,
+        ) {
+            // Without a check the decoupled layer would start while the user data is
+            // still running on the machine.
+            return Err(Error::invalid_spec(
+                "completion",
+                format!(
+                    "coupled layer {coupled:?} and decoupled layer {decoupled:?} need a \
+                     completion check, so that the decoupled layer starts after the user \
+                     data finished: add .completion(...) (SentinelFile, or \
+                     bootstrap_cloudinit::CloudInitStatus)"
+                ),
+            ));
         }
         if self.completion.is_some() && self.connector.is_none() {
             return Err(Error::invalid_spec(
@@ -400,13 +454,41 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.field(), Some("deadlines.create"));
-        let e = ComposerSettings::from_yaml("poll_interval: 0s\n").unwrap_err();
-        assert_eq!(e.field(), Some("poll_interval"));
-        let e = ComposerSettings::from_yaml("poll_interval: -5s\n").unwrap_err();
+        let e = ComposerSettings::from_yaml("pollInterval: 0s\n").unwrap_err();
+        assert_eq!(e.field(), Some("pollInterval"));
+        let e = ComposerSettings::from_yaml("pollInterval: -5s\n").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidSpec);
         assert!(e.to_string().contains("line 1"), "{e}");
-        let ok = ComposerSettings::from_yaml("poll_interval: 500ms\non_failure: DeleteOnFailure\n")
+        let ok = ComposerSettings::from_yaml("pollInterval: 500ms\nonFailure: DeleteOnFailure\n")
             .unwrap();
         assert_eq!(ok.poll_interval, Duration::from_millis(500));
+        assert_eq!(ok.on_failure, FailurePolicy::DeleteOnFailure);
+        // The snake_case names of earlier releases still read.
+        let old =
+            ComposerSettings::from_yaml("poll_interval: 500ms\non_failure: DeleteOnFailure\n")
+                .unwrap();
+        assert_eq!(old, ok);
+    }
+
+    #[test]
+    fn errors_map_to_the_action_a_controller_returns() {
+        let poll = Duration::from_secs(5);
+        let throttled = Error::throttled("slow down", Some(Duration::from_secs(30)));
+        assert_eq!(
+            Action::for_error(&throttled, poll),
+            Action::Requeue(Duration::from_secs(30))
+        );
+        assert_eq!(
+            Action::for_error(&Error::transient("reset"), poll),
+            Action::Requeue(poll)
+        );
+        assert_eq!(
+            Action::for_error(&Error::invalid_spec("image", "no such image"), poll),
+            Action::AwaitChange
+        );
+        assert_eq!(
+            Action::for_error(&Error::permanent("layer failed"), poll),
+            Action::AwaitChange
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use super::{Action, Composer, Reconciled};
+use crate::conditions as C;
 use crate::error::{Error, ErrorKind, Result};
 use crate::machine::{Machine, Phase, ProviderId};
 use crate::name::MachineName;
@@ -192,9 +193,9 @@ impl Composer {
                 let first_seen_running = st.timeline().running.is_none();
                 st.timeline.mark(|t| &mut t.running);
                 m.set_condition(
-                    "InfrastructureReady",
+                    C::INFRASTRUCTURE_READY,
                     true,
-                    "Running",
+                    C::RUNNING,
                     "the provider reports the machine running",
                 );
                 if previous.as_ref().is_some_and(|p| p.phase == Phase::Ready) {
@@ -245,16 +246,16 @@ impl Composer {
                     t
                 }
                 Err(e) if e.is_retryable() => {
-                    m.set_condition("Reachable", false, "Unreachable", e.to_string());
+                    m.set_condition(C::REACHABLE, false, C::UNREACHABLE, e.to_string());
                     return Ok(Action::Requeue(self.settings.poll_interval));
                 }
                 Err(e) => return Err(e.context(format_args!("connecting to {}", m.name))),
             },
         };
         m.set_condition(
-            "Reachable",
+            C::REACHABLE,
             true,
-            "Connected",
+            C::CONNECTED,
             "a transport reached the machine",
         );
 
@@ -263,24 +264,24 @@ impl Composer {
                 Ok(Completion::Done) => {
                     st.completion_done = true;
                     m.set_condition(
-                        "BootstrapComplete",
+                        C::BOOTSTRAP_COMPLETE,
                         true,
-                        "Complete",
+                        C::COMPLETE,
                         "coupled software finished",
                     );
                 }
                 Ok(Completion::Pending) => {
                     m.set_condition(
-                        "BootstrapComplete",
+                        C::BOOTSTRAP_COMPLETE,
                         false,
-                        "Waiting",
+                        C::WAITING,
                         "coupled software still running",
                     );
                     return Ok(Action::Requeue(self.settings.poll_interval));
                 }
                 Ok(Completion::Failed(message)) => {
-                    m.set_condition("BootstrapComplete", false, "Failed", message.clone());
-                    m.fail("BootstrapFailed", message);
+                    m.set_condition(C::BOOTSTRAP_COMPLETE, false, C::FAILED, message.clone());
+                    m.fail(C::BOOTSTRAP_FAILED, message);
                     return Ok(Action::AwaitChange);
                 }
                 Err(e) => return self.transport_error(m, st, e),
@@ -288,19 +289,19 @@ impl Composer {
         }
 
         for layer in decoupled.iter().take(st.layers_done) {
-            let condition = format!("LayerApplied/{}", layer.software.name());
-            m.set_condition(&condition, true, "Applied", "applied");
+            let condition = C::layer_applied(layer.software.name());
+            m.set_condition(&condition, true, C::APPLIED, "applied");
         }
         for layer in decoupled.iter().skip(st.layers_done) {
             let name = layer.software.name();
-            let condition = format!("LayerApplied/{name}");
+            let condition = C::layer_applied(name);
             let applied = match layer.software.is_applied(m, transport.as_ref()).await {
                 Ok(applied) => applied,
                 Err(e) => return self.transport_error(m, st, e),
             };
             if applied {
                 st.layers_done += 1;
-                m.set_condition(&condition, true, "Applied", "already applied");
+                m.set_condition(&condition, true, C::APPLIED, "already applied");
                 continue;
             }
             let applied = layer
@@ -309,11 +310,11 @@ impl Composer {
                 .instrument(tracing::info_span!("layer", layer = name))
                 .await;
             if let Err(e) = applied {
-                m.set_condition(&condition, false, "ApplyFailed", e.to_string());
+                m.set_condition(&condition, false, C::APPLY_FAILED, e.to_string());
                 return self.transport_error(m, st, e.context(format_args!("layer {name}")));
             }
             st.layers_done += 1;
-            m.set_condition(&condition, true, "Applied", "applied");
+            m.set_condition(&condition, true, C::APPLIED, "applied");
             self.events.emit(&m.name, Phase::Bootstrapping, || {
                 format!("layer {name} applied")
             });
@@ -357,7 +358,7 @@ impl Composer {
     fn transport_error(&self, m: &mut Machine, st: &mut StepState, e: Error) -> Result<Action> {
         if e.is_retryable() {
             st.transport = None;
-            m.set_condition("Reachable", false, "ConnectionLost", e.to_string());
+            m.set_condition(C::REACHABLE, false, C::CONNECTION_LOST, e.to_string());
             Ok(Action::Requeue(self.settings.poll_interval))
         } else {
             Err(e)

@@ -1,0 +1,41 @@
+//! The condition types and reasons the composer sets on a [`crate::Machine`], as
+//! constants, so controllers and dashboards match on names that cannot drift.
+
+/// The provider reports the machine running. Reason: [`RUNNING`].
+pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+/// A transport reached the machine. Reasons: [`CONNECTED`], [`UNREACHABLE`],
+/// [`CONNECTION_LOST`].
+pub const REACHABLE: &str = "Reachable";
+/// The coupled software (user data) finished. Reasons: [`COMPLETE`], [`WAITING`],
+/// [`FAILED`].
+pub const BOOTSTRAP_COMPLETE: &str = "BootstrapComplete";
+/// The prefix of one decoupled layer's condition: `LayerApplied/<layer name>`.
+/// Reasons: [`APPLIED`], [`APPLY_FAILED`].
+pub const LAYER_APPLIED_PREFIX: &str = "LayerApplied/";
+
+/// The condition type of the decoupled layer named `layer`.
+pub fn layer_applied(layer: &str) -> String {
+    format!("{LAYER_APPLIED_PREFIX}{layer}")
+}
+
+/// Reason: the provider reports the machine running.
+pub const RUNNING: &str = "Running";
+/// Reason: a transport is connected.
+pub const CONNECTED: &str = "Connected";
+/// Reason: connecting failed with a retryable error.
+pub const UNREACHABLE: &str = "Unreachable";
+/// Reason: an established connection failed.
+pub const CONNECTION_LOST: &str = "ConnectionLost";
+/// Reason: the completion check says the coupled software finished.
+pub const COMPLETE: &str = "Complete";
+/// Reason: the coupled software is still running.
+pub const WAITING: &str = "Waiting";
+/// Reason: the coupled software failed.
+pub const FAILED: &str = "Failed";
+/// Reason: the layer is applied.
+pub const APPLIED: &str = "Applied";
+/// Reason: applying the layer failed.
+pub const APPLY_FAILED: &str = "ApplyFailed";
+
+/// The [`crate::Failure::reason`] of a machine whose coupled software failed.
+pub const BOOTSTRAP_FAILED: &str = "BootstrapFailed";
