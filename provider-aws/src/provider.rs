@@ -220,6 +220,30 @@ impl AwsProvider {
         Ok(found)
     }
 
+    /// After a launch, makes sure one machine carries the name: two controllers that
+    /// both saw the name free may both have launched (their client tokens differ when
+    /// their specs do; moto ignores tokens altogether). Every creator keeps the oldest
+    /// instance of the name, the same one on every replica, and terminates its own launch
+    /// if that is not it.
+    async fn settle_race(&self, spec: &MachineSpec, launched: Instance) -> Result<Machine> {
+        let named = self.by_name(&spec.name).await?;
+        let Some(winner) = named.first() else {
+            return self.machine(&launched, false).await;
+        };
+        if winner.instance_id() == launched.instance_id() {
+            return self.machine(&launched, false).await;
+        }
+        if let Some(ours) = launched.instance_id() {
+            tracing::info!(machine = %spec.name, duplicate = ours, kept = winner.instance_id(), "another controller created this name first; terminating our launch");
+            match self.ec2.terminate(ours).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e.context(format_args!("terminating duplicate {ours}"))),
+            }
+        }
+        self.machine(winner, false).await
+    }
+
     /// The machine of `inst`, with host keys when discovery is on and it runs.
     async fn machine(&self, inst: &Instance, read_console: bool) -> Result<Machine> {
         let mut m = to_machine(inst, self.default_ssh_user())?;
@@ -464,7 +488,7 @@ impl MachineProvisioner for AwsProvider {
                 continue;
             }
             tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
-            return self.machine(&inst, false).await;
+            return self.settle_race(spec, inst).await;
         }
         Err(Error::permanent(format!(
             "RunInstances kept answering with terminated instances for {} client token generations",
