@@ -123,8 +123,8 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
             check_user_name(&format!("{field}.owner"), user)?;
             if owner.contains(':') {
                 check_user_name(&format!("{field}.owner"), group)?;
-                let existing = SYSTEM_GROUPS.contains(&group)
-                    || extra_system_users.iter().any(|u| u == group);
+                let existing =
+                    SYSTEM_GROUPS.contains(&group) || extra_system_users.iter().any(|u| u == group);
                 if created_groups.contains(group) && !existing && !f.defer {
                     return Err(Error::invalid_spec(
                         format!("{field}.defer"),

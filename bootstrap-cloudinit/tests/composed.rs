@@ -17,8 +17,8 @@ use bootstrap_cloudinit::{
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
-    Completion, CompletionCheck, Composer, ErrorKind, Machine, MachineName, MachineSpec, Mode,
-    Phase, ProviderId, Result, SentinelFile, SoftwareProvisioner, Transport, UserData,
+    Completion, CompletionCheck, Composer, Error, ErrorKind, Machine, MachineName, MachineSpec,
+    Mode, Phase, ProviderId, Result, SentinelFile, SoftwareProvisioner, Transport, UserData,
     UserDataFormat, UserDataPart,
 };
 use peers::root::{NetNs, Root};
@@ -43,10 +43,10 @@ impl SoftwareProvisioner for RawLayer {
         Ok(self.parts.clone())
     }
     async fn is_applied(&self, _m: &Machine, _t: &dyn Transport) -> Result<bool> {
-        unreachable!("coupled only")
+        Err(Error::invalid_spec(&self.name, "coupled only"))
     }
     async fn apply(&self, _m: &Machine, _t: &dyn Transport) -> Result<()> {
-        unreachable!("coupled only")
+        Err(Error::invalid_spec(&self.name, "coupled only"))
     }
 }
 
@@ -305,7 +305,11 @@ async fn assert_outcome(specs: &[Spec], root: &Root, machine: &Machine, check: &
         .filter(|s| s.scripts())
         .map(|s| s.name.as_str())
         .collect();
-    assert_eq!(lines(root, ORDER_LOG), scripts, "script parts in composed order");
+    assert_eq!(
+        lines(root, ORDER_LOG),
+        scripts,
+        "script parts in composed order"
+    );
     // runcmd stops at its first failed command (a failing Bootstrap's).
     let mut runcmd = Vec::new();
     for s in specs.iter().filter(|s| s.runcmd()) {
@@ -314,17 +318,28 @@ async fn assert_outcome(specs: &[Spec], root: &Root, machine: &Machine, check: &
             break;
         }
     }
-    assert_eq!(lines(root, RUNCMD_LOG), runcmd, "runcmd of every layer, in order");
+    assert_eq!(
+        lines(root, RUNCMD_LOG),
+        runcmd,
+        "runcmd of every layer, in order"
+    );
 
     let verdict = check.check.check(machine, root).await.unwrap();
     match specs.iter().find(|s| s.fails) {
         None => assert_eq!(verdict, Completion::Done, "{:?}", check.kind),
         Some(f) => {
             let Completion::Failed(msg) = &verdict else {
-                panic!("{:?} said {verdict:?} after layer {} failed", check.kind, f.name);
+                panic!(
+                    "{:?} said {verdict:?} after layer {} failed",
+                    check.kind, f.name
+                );
             };
             assert!(msg.contains("scripts-user"), "{msg}");
-            let part = if f.kind == Kind::Bootstrap { "runcmd" } else { &f.name };
+            let part = if f.kind == Kind::Bootstrap {
+                "runcmd"
+            } else {
+                &f.name
+            };
             assert!(msg.contains(part), "the failing part is named: {msg}");
         }
     }
@@ -406,8 +421,10 @@ async fn a_layer_named_zz_finish_runs_before_the_sentinel_is_written() {
         )
         .unwrap();
     let check = Check::new(CheckKind::Sentinel);
-    let layers: Vec<Arc<dyn SoftwareProvisioner>> =
-        vec![Spec::new(Kind::CloudConfig, "base").build(), Arc::new(finish)];
+    let layers: Vec<Arc<dyn SoftwareProvisioner>> = vec![
+        Spec::new(Kind::CloudConfig, "base").build(),
+        Arc::new(finish),
+    ];
     let (root, machine) = boot(&user_data(&layers, &check), &check);
     assert_eq!(
         check.check.check(&machine, &root).await.unwrap(),
@@ -435,7 +452,10 @@ fn conflicts_cloud_init_would_resolve_silently_are_refused_naming_both_layers() 
     assert_eq!(e.kind(), ErrorKind::InvalidSpec);
     assert_eq!(e.field(), Some("hostname"));
     let msg = e.to_string();
-    assert!(msg.contains("\"base\"") && msg.contains("\"platform\""), "{msg}");
+    assert!(
+        msg.contains("\"base\"") && msg.contains("\"platform\""),
+        "{msg}"
+    );
 
     // Host keys from two layers: cloud-init keeps one set, the composer pins both.
     let derived =
@@ -455,7 +475,10 @@ fn conflicts_cloud_init_would_resolve_silently_are_refused_naming_both_layers() 
         .unwrap_err();
     assert_eq!(e.field(), Some("ssh_keys"));
     let msg = e.to_string();
-    assert!(msg.contains("\"base\"") && msg.contains("\"host-keys\""), "{msg}");
+    assert!(
+        msg.contains("\"base\"") && msg.contains("\"host-keys\""),
+        "{msg}"
+    );
     assert!(!msg.contains("PRIVATE"), "{msg}");
 }
 

@@ -37,7 +37,8 @@ fn a_mode_is_accepted_exactly_when_cloud_init_applies_it() {
     root.boot();
     for m in MODES {
         let landed = root.mode(&mode_path(m));
-        let config = CloudConfig::new().with_file(WriteFile::new(mode_path(m), "x").permissions(*m));
+        let config =
+            CloudConfig::new().with_file(WriteFile::new(mode_path(m), "x").permissions(*m));
         match validate_with(&config, &[]) {
             Ok(()) => assert_eq!(
                 format!("{landed:o}"),
@@ -59,7 +60,10 @@ fn a_mode_is_accepted_exactly_when_cloud_init_applies_it() {
 
 /// The group of a file on the machine, by name.
 fn group_of(root: &Root, path: &str) -> String {
-    let gid = std::fs::metadata(root.upper(path)).unwrap().gid().to_string();
+    let gid = std::fs::metadata(root.upper(path))
+        .unwrap()
+        .gid()
+        .to_string();
     let text = std::fs::read_to_string(root.upper("/etc/group")).unwrap();
     text.lines()
         .map(|l| l.split(':').collect::<Vec<_>>())
@@ -114,10 +118,7 @@ fn a_file_owned_by_a_group_the_document_creates_needs_defer() {
         write_files: vec![deferred, early],
         ..CloudConfig::new().with_user(deploy)
     };
-    let text = format!(
-        "#cloud-config\n{}",
-        serde_saphyr::to_string(&both).unwrap()
-    );
+    let text = format!("#cloud-config\n{}", serde_saphyr::to_string(&both).unwrap());
     let root = Root::new(text.as_bytes(), "iid-groups");
     root.boot();
     assert_eq!(group_of(&root, "/var/tmp/deferred"), "deploy");

@@ -170,7 +170,7 @@ impl Root {
             & 0o7777
     }
 
-    /// The lines of the machine's /etc/passwd (or /etc/group) entry for `name`.
+    /// The line of the machine's /etc/passwd (or /etc/group) for `name`, if any.
     pub fn account(&self, file: &str, name: &str) -> Option<String> {
         let text = std::fs::read_to_string(self.upper(file))
             .or_else(|_| std::fs::read_to_string(self.lower.join(file.trim_start_matches('/'))))

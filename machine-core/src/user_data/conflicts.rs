@@ -4,8 +4,8 @@
 //! With that merge, lists are appended and maps merged, but where two parts give the
 //! same key different scalar values cloud-init keeps the first and reports success: the
 //! second layer's value is simply lost. The checks here see the same documents cloud-init
-//! will and refuse such a key, naming it and both layers. Messages never quote values (a
-//! value may be a password hash or a private key).
+//! will and refuse such a key, naming it and both layers. Messages quote no value but
+//! host names (a value may be a password hash or a private key).
 
 use std::collections::BTreeMap;
 
@@ -62,14 +62,20 @@ pub fn compose<'a>(
             format!("#cloud-config\n{strict}"),
         ));
     }
-    out.extend(layers.into_iter().flat_map(|(_, parts)| parts.iter().cloned()));
+    out.extend(
+        layers
+            .into_iter()
+            .flat_map(|(_, parts)| parts.iter().cloned()),
+    );
     Ok(out)
 }
 
 /// The file name of the part [`compose`] puts first when commands are present.
 pub const STRICT_COMMANDS: &str = "strict-commands.cloud-config.yaml";
 
-fn merge_all<'a>(layers: impl IntoIterator<Item = (&'a str, &'a [UserDataPart])>) -> Result<Merged> {
+fn merge_all<'a>(
+    layers: impl IntoIterator<Item = (&'a str, &'a [UserDataPart])>,
+) -> Result<Merged> {
     let mut merged = Merged::default();
     for (layer, parts) in layers {
         for part in parts {
@@ -147,8 +153,7 @@ impl Merged {
                     }
                     Some(_) => {}
                     None => {
-                        self.users
-                            .insert(name, (layer.to_owned(), user.clone()));
+                        self.users.insert(name, (layer.to_owned(), user.clone()));
                     }
                 }
             }
@@ -185,7 +190,8 @@ impl Merged {
         else {
             return Ok(());
         };
-        let (h_layer, f_layer) = (&self.owners["hostname"], &self.owners["fqdn"]);
+        let owner = |key: &str| self.owners.get(key).map_or("", String::as_str);
+        let (h_layer, f_layer) = (owner("hostname"), owner("fqdn"));
         if h_layer != f_layer && fqdn.split('.').next() != Some(host.as_str()) {
             return Err(Error::invalid_spec(
                 "fqdn",
@@ -252,7 +258,11 @@ mod tests {
     use super::*;
 
     fn cc(name: &str, yaml: &str) -> UserDataPart {
-        UserDataPart::new(UserDataFormat::CloudConfig, name, format!("#cloud-config\n{yaml}"))
+        UserDataPart::new(
+            UserDataFormat::CloudConfig,
+            name,
+            format!("#cloud-config\n{yaml}"),
+        )
     }
 
     fn check(layers: &[(&str, Vec<UserDataPart>)]) -> Result<()> {
@@ -262,8 +272,20 @@ mod tests {
     #[test]
     fn lists_and_maps_merge_equal_scalars_pass() {
         check(&[
-            ("base", vec![cc("a", "hostname: web\npackages: [curl]\nntp: {servers: [a]}\n")]),
-            ("app", vec![cc("b", "hostname: web\npackages: [jq]\nntp: {servers: [b]}\n")]),
+            (
+                "base",
+                vec![cc(
+                    "a",
+                    "hostname: web\npackages: [curl]\nntp: {servers: [a]}\n",
+                )],
+            ),
+            (
+                "app",
+                vec![cc(
+                    "b",
+                    "hostname: web\npackages: [jq]\nntp: {servers: [b]}\n",
+                )],
+            ),
         ])
         .unwrap();
     }
@@ -322,19 +344,43 @@ mod tests {
     #[test]
     fn one_user_or_file_from_two_layers_is_refused_unless_equal_or_appended() {
         check(&[
-            ("base", vec![cc("a", "users: [{name: ops}]\nwrite_files: [{path: /a, content: x}]\n")]),
-            ("app", vec![cc("b", "users: [{name: ops}]\nwrite_files: [{path: /a, content: y, append: true}]\n")]),
+            (
+                "base",
+                vec![cc(
+                    "a",
+                    "users: [{name: ops}]\nwrite_files: [{path: /a, content: x}]\n",
+                )],
+            ),
+            (
+                "app",
+                vec![cc(
+                    "b",
+                    "users: [{name: ops}]\nwrite_files: [{path: /a, content: y, append: true}]\n",
+                )],
+            ),
         ])
         .unwrap();
         let e = check(&[
             ("base", vec![cc("a", "users: [{name: ops}]\n")]),
-            ("app", vec![cc("b", "users: [{name: ops, shell: /bin/zsh}]\n")]),
+            (
+                "app",
+                vec![cc("b", "users: [{name: ops, shell: /bin/zsh}]\n")],
+            ),
         ])
         .unwrap_err();
         assert_eq!(e.field(), Some("users[0]"));
         let e = check(&[
-            ("base", vec![cc("a", "write_files: [{path: /a, content: x}]\n")]),
-            ("app", vec![cc("b", "write_files: [{path: /b}, {path: /a, content: y}]\n")]),
+            (
+                "base",
+                vec![cc("a", "write_files: [{path: /a, content: x}]\n")],
+            ),
+            (
+                "app",
+                vec![cc(
+                    "b",
+                    "write_files: [{path: /b}, {path: /a, content: y}]\n",
+                )],
+            ),
         ])
         .unwrap_err();
         assert_eq!(e.field(), Some("write_files[1].path"));
