@@ -417,6 +417,33 @@ mod tests {
     }
 
     #[test]
+    fn every_cloud_config_part_merges_additively_and_names_sort_in_order() {
+        let parts: Vec<_> = (0..11)
+            .map(|i| {
+                let p = UserDataPart::new(
+                    UserDataFormat::CloudConfig,
+                    format!("z{}.yaml", 10 - i),
+                    format!("#cloud-config\nruncmd: [echo {i}]\n"),
+                );
+                if i == 3 {
+                    p.with_header("merge-type", "list()+dict()+str()")
+                } else {
+                    p
+                }
+            })
+            .collect();
+        let text = String::from_utf8(assemble(&parts).unwrap().unwrap().bytes).unwrap();
+        assert_eq!(
+            text.matches(&format!("Merge-Type: {MERGE_TYPE}")).count(),
+            10,
+            "{text}"
+        );
+        assert!(text.contains("merge-type: list()+dict()+str()"), "{text}");
+        assert!(text.contains("filename=\"00-z10.yaml\""), "{text}");
+        assert!(text.contains("filename=\"10-z0.yaml\""), "{text}");
+    }
+
+    #[test]
     fn formats_without_mime_type_cannot_be_combined() {
         let parts = [
             UserDataPart::new(UserDataFormat::CloudConfig, "a.yaml", "#cloud-config\n"),

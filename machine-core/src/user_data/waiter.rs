@@ -13,7 +13,9 @@
 //!
 //! The file exists only after the final stage of the current boot (cloud-init deletes
 //! it when a boot begins), so a verdict never comes from an earlier boot. A machine
-//! whose cloud-init never finishes gives no verdict; the composer's deadline covers it.
+//! whose cloud-init never finishes gives no verdict; the composer's deadline covers it,
+//! as it does a layer that reboots the machine at the end of the first boot
+//! (`power_state`), which may stop the waiter before it reports.
 //! The waiter gives up after [`CompletionWaiter::max_wait`] (default a day).
 
 use std::time::Duration;
