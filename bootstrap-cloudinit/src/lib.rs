@@ -44,4 +44,4 @@ pub use phone_home::{PhoneHomeCheck, PhoneHomeListener, PhoneHomeReport};
 pub use render::{HEADER, parse, render};
 pub use secret::Secret;
 pub use template::Templates;
-pub use validate::{SYSTEM_USERS, validate_with};
+pub use validate::{SYSTEM_GROUPS, SYSTEM_USERS, validate_with};

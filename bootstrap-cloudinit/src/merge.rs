@@ -12,7 +12,7 @@ use crate::model::CloudConfig;
 /// lists appended, maps merged recursively (lists inside them appended too), a scalar
 /// kept from the first part that set it. With conflicts refused up front, that is
 /// order-independent for scalars and in-order for lists.
-pub const MERGE_TYPE: &str = "list(append)+dict(no_replace,recurse_list)+str()";
+pub const MERGE_TYPE: &str = machine_core::user_data::MERGE_TYPE;
 
 /// Merges `configs` (each with the name of the layer it came from) in order.
 /// Two layers giving one scalar different values is an invalid-spec error naming the

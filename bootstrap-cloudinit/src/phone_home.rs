@@ -1,22 +1,24 @@
-//! phone_home: cloud-init POSTs form data (instance id, host names, host public keys)
-//! to a URL when it has finished. [`PhoneHomeListener`] is the small HTTP endpoint the
-//! caller runs to receive it; [`PhoneHomeCheck`] turns what arrived into a
-//! [`Completion`] for the composer.
+//! Phone home: the machine POSTs form data (its verdict, instance id, host names, host
+//! public keys) to a URL when cloud-init has finished. [`PhoneHomeListener`] is the small
+//! HTTP endpoint the caller runs to receive it; [`PhoneHomeCheck`] turns what arrived
+//! into a [`Completion`] for the composer.
+//!
+//! The post comes from machine-core's [`CompletionWaiter`], not from cloud-init's
+//! `phone_home` module: that module posts from the final stage even after a script,
+//! `runcmd` or module failed, and before any part that runs after it, so its post does not
+//! mean success.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use machine_core::{
-    Completion, CompletionCheck, Error, Machine, Result, Transport, UserDataFormat, UserDataPart,
-};
+use machine_core::user_data::CompletionWaiter;
+use machine_core::{Completion, CompletionCheck, Error, Machine, Result, Transport, UserDataPart};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::merge::MERGE_TYPE;
-use crate::model::{CloudConfig, PhoneHome, PhoneHomePost};
-use crate::render::render;
+use crate::model::{PhoneHome, PhoneHomePost};
 
 /// The largest request accepted (cloud-init posts a few public keys: a few KiB).
 const MAX_REQUEST: usize = 64 * 1024;
@@ -29,9 +31,34 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 pub struct PhoneHomeReport {
     /// The path segment after `/phone-home/` (cloud-init's `$INSTANCE_ID`).
     pub path_id: String,
-    /// The form fields (`instance_id`, `hostname`, `fqdn`, `pub_key_ed25519`, ...).
-    /// Public data only: cloud-init posts no secrets.
+    /// The form fields (`result`, `errors`, `instance_id`, `hostname`, `fqdn`,
+    /// `pub_key_ed25519`, ...). Public data only: no secrets are posted.
     pub fields: BTreeMap<String, String>,
+}
+
+impl PhoneHomeReport {
+    /// The verdict the post carries: `result=done` is [`Completion::Done`],
+    /// `result=error` is [`Completion::Failed`] with cloud-init's error lines (the
+    /// `errors` field). `None` for a post without a verdict (cloud-init's own
+    /// `phone_home` module sends one), which says nothing about success.
+    pub fn verdict(&self) -> Option<Completion> {
+        match self.fields.get("result").map(String::as_str) {
+            Some("done") => Some(Completion::Done),
+            Some(_) => {
+                let errors = self.fields.get("errors").map_or("", String::as_str);
+                let lines: Vec<&str> = errors.lines().filter(|l| !l.trim().is_empty()).collect();
+                Some(Completion::Failed(format!(
+                    "cloud-init failed: {}",
+                    if lines.is_empty() {
+                        "no error lines posted".to_owned()
+                    } else {
+                        lines.join("; ")
+                    }
+                )))
+            }
+            None => None,
+        }
+    }
 }
 
 type Reports = Arc<Mutex<HashMap<String, PhoneHomeReport>>>;
@@ -108,13 +135,15 @@ impl PhoneHomeListener {
             .cloned()
     }
 
-    /// Every report that arrived whose `hostname` field is `hostname`.
+    /// A report that arrived whose `hostname` field is `hostname`, one with a verdict
+    /// when there is one.
     pub fn report_by_hostname(&self, hostname: &str) -> Option<PhoneHomeReport> {
         self.reports
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .find(|r| r.fields.get("hostname").is_some_and(|h| h == hostname))
+            .filter(|r| r.fields.get("hostname").is_some_and(|h| h == hostname))
+            .max_by_key(|r| r.verdict().is_some())
             .cloned()
     }
 }
@@ -176,19 +205,27 @@ async fn serve(mut stream: TcpStream, reports: &Reports) -> std::io::Result<()> 
     };
     if let Some(r) = report {
         tracing::info!(instance = %r.path_id, "phone_home received");
-        reports
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(r.path_id.clone(), r);
+        let mut reports = reports.lock().unwrap_or_else(|p| p.into_inner());
+        // A post without a verdict never hides one that arrived.
+        let hides_verdict = r.verdict().is_none()
+            && reports
+                .get(&r.path_id)
+                .is_some_and(|old| old.verdict().is_some());
+        if !hides_verdict {
+            reports.insert(r.path_id.clone(), r);
+        }
     }
     let response = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
 }
 
-/// Completion by phone_home: adds a cloud-config part that makes cloud-init post to
-/// the listener, and reports Done once a post for the machine arrived (matched by
-/// instance id = the provider id's last segment, or by host name = machine name).
+/// Completion by phone home, true to every part: its user-data part is a
+/// [`CompletionWaiter`] that POSTs cloud-init's verdict to the listener once cloud-init's
+/// final stage is over (see [`PhoneHomeReport::verdict`]). The check reports the verdict
+/// of the post for the machine (matched by instance id = the provider id's last segment,
+/// or by host name = machine name): Done only when cloud-init recorded no error in any
+/// stage, Failed with cloud-init's error lines otherwise, Pending until a verdict arrives.
 #[derive(Debug, Clone)]
 pub struct PhoneHomeCheck {
     listener: Arc<PhoneHomeListener>,
@@ -204,7 +241,9 @@ impl PhoneHomeCheck {
         }
     }
 
-    /// The `phone_home` entry for a cloud-config.
+    /// A cloud-init `phone_home` entry posting to the same listener, for callers who
+    /// want cloud-init's own post as well. The check does not rely on it: that post
+    /// carries no verdict and comes even after a failed part.
     pub fn phone_home(&self) -> PhoneHome {
         PhoneHome {
             url: self.listener.url(&self.host),
@@ -218,34 +257,23 @@ impl PhoneHomeCheck {
     }
 }
 
+/// How many times the waiter tries to post (as cloud-init's `phone_home` default).
+const POST_TRIES: u32 = 10;
+
 #[async_trait]
 impl CompletionCheck for PhoneHomeCheck {
     fn user_data_parts(&self, _spec: &machine_core::MachineSpec) -> Vec<UserDataPart> {
-        let config = CloudConfig {
-            phone_home: Some(self.phone_home()),
-            ..CloudConfig::default()
-        };
-        match render(&config) {
-            Ok(doc) => vec![
-                UserDataPart::new(UserDataFormat::CloudConfig, "zz-phone-home.yaml", doc)
-                    .with_header("Merge-Type", MERGE_TYPE),
-            ],
-            Err(e) => {
-                tracing::error!(error = %e, "phone_home part not rendered");
-                Vec::new()
-            }
-        }
+        vec![CompletionWaiter::post(self.listener.url(&self.host), POST_TRIES).part()]
     }
 
     async fn check(&self, machine: &Machine, _transport: &dyn Transport) -> Result<Completion> {
-        let found = self
-            .listener
-            .report(machine.provider_id.resource_id())
-            .or_else(|| self.listener.report_by_hostname(machine.name.as_str()));
-        Ok(if found.is_some() {
-            Completion::Done
-        } else {
-            Completion::Pending
-        })
+        let verdict = [
+            self.listener.report(machine.provider_id.resource_id()),
+            self.listener.report_by_hostname(machine.name.as_str()),
+        ]
+        .into_iter()
+        .flatten()
+        .find_map(|r| r.verdict());
+        Ok(verdict.unwrap_or(Completion::Pending))
     }
 }

@@ -16,8 +16,25 @@ pub const SYSTEM_USERS: &[&str] = &[
     "www-data", "backup", "list", "irc", "_apt", "nobody",
 ];
 
+/// Groups a Debian-family image has before cloud-init runs (base-passwd), which
+/// `write_files` may name as owner groups without `defer` even when a user of the
+/// document joins them.
+pub const SYSTEM_GROUPS: &[&str] = &[
+    "root", "daemon", "bin", "sys", "adm", "tty", "disk", "lp", "mail", "news", "uucp", "man",
+    "proxy", "kmem", "dialout", "fax", "voice", "cdrom", "floppy", "tape", "sudo", "audio", "dip",
+    "www-data", "backup", "operator", "list", "irc", "src", "shadow", "utmp", "video", "sasl",
+    "plugdev", "staff", "games", "users", "nogroup",
+];
+
 /// Validates `config`, treating [`SYSTEM_USERS`] plus `extra_system_users` as
-/// accounts that exist before cloud-init runs.
+/// accounts that exist before cloud-init runs (and [`SYSTEM_GROUPS`] plus the same
+/// names as groups that do).
+///
+/// `write_files` runs before `users_groups` in cloud-init, so a file owned by a user
+/// or a group this document creates (a user's own group, a group in a user's `groups`
+/// or in the top-level `groups`) must have `defer: true`. Permissions cloud-init 22.x
+/// cannot apply are refused: `0000` (its chmod skips mode 0 and the file stays 0644) and
+/// set-id bits (its chown after the chmod clears them; the sticky bit survives).
 pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Result<()> {
     if let Some(h) = &config.hostname {
         check_label("hostname", h)?;
@@ -34,6 +51,34 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
         ));
     }
     let mut created = BTreeSet::new();
+    // Groups cloud-init creates: each user's own, each user's `groups`, the top-level
+    // `groups` (a string "a, b", or a list of names or of {name: [members]} maps).
+    let mut created_groups: BTreeSet<&str> = BTreeSet::new();
+    for entry in &config.users {
+        if let UserEntry::User(u) = entry {
+            created_groups.insert(u.name.as_str());
+            created_groups.extend(u.groups.iter().map(String::as_str));
+        }
+    }
+    match config.extra.get("groups") {
+        Some(serde_json::Value::String(s)) => {
+            created_groups.extend(s.split(',').map(str::trim));
+        }
+        Some(serde_json::Value::Array(items)) => {
+            for item in items {
+                match item {
+                    serde_json::Value::String(s) => {
+                        created_groups.insert(s.as_str());
+                    }
+                    serde_json::Value::Object(m) => {
+                        created_groups.extend(m.keys().map(String::as_str));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
     for (i, entry) in config.users.iter().enumerate() {
         let UserEntry::User(u) = entry else { continue };
         let field = format!("users[{i}]");
@@ -78,6 +123,16 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
             check_user_name(&format!("{field}.owner"), user)?;
             if owner.contains(':') {
                 check_user_name(&format!("{field}.owner"), group)?;
+                let existing =
+                    SYSTEM_GROUPS.contains(&group) || extra_system_users.iter().any(|u| u == group);
+                if created_groups.contains(group) && !existing && !f.defer {
+                    return Err(Error::invalid_spec(
+                        format!("{field}.defer"),
+                        format!(
+                            "owner group {group:?} is created by this document after write_files runs; set defer: true"
+                        ),
+                    ));
+                }
             }
             let system =
                 SYSTEM_USERS.contains(&user) || extra_system_users.iter().any(|u| u == user);
@@ -297,13 +352,24 @@ fn check_path(field: &str, path: &str) -> Result<()> {
 fn check_permissions(field: &str, p: &str) -> Result<()> {
     let digits = p.strip_prefix("0o").unwrap_or(p);
     let ok = (3..=4).contains(&digits.len()) && digits.chars().all(|c| ('0'..='7').contains(&c));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
+    let mode = u32::from_str_radix(digits, 8).ok().filter(|_| ok);
+    match mode {
+        None => Err(Error::invalid_spec(
             field,
             format!("{p:?} is not an octal permission string such as \"0644\""),
-        ))
+        )),
+        Some(0) => Err(Error::invalid_spec(
+            field,
+            "mode 0000 cannot be applied: cloud-init 22.x skips a zero mode and the file stays 0644; give at least one bit (0400)",
+        )),
+        // The sticky bit survives the chown (seen on the real cloud-init); set-id bits do not.
+        Some(m) if m & 0o6000 != 0 => Err(Error::invalid_spec(
+            field,
+            format!(
+                "{p:?} has set-user-id or set-group-id bits, which cloud-init 22.x cannot apply (its chown after the chmod clears them); set them with chmod in runcmd"
+            ),
+        )),
+        Some(_) => Ok(()),
     }
 }
 

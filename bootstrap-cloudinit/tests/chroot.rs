@@ -2,129 +2,21 @@
 //! modules (all four boot stages) in a Debian 12 root file system, with a NoCloud seed,
 //! then read back by `CloudInitStatus` through a transport into that system.
 //!
-//! scripts/peers/20-cloud-init.sh debootstraps the root once into
-//! `${XDG_CACHE_HOME:-$HOME/.cache}/machine-provisioning/bookworm-cloud-init`; each test
-//! lays a private overlay over it (inside its own mount namespace, so nothing is left
-//! mounted even when the test dies) and its changes land in a temporary upper layer.
+//! The root and how it boots: [`peers::root`].
 
 mod peers;
 
-use std::path::PathBuf;
-
-use async_trait::async_trait;
 use bootstrap_cloudinit::{
     Bootstrap, CloudConfig, CloudConfigLayer, CloudInitStatus, HostKey, Output, User, WriteFile,
 };
 use machine_core::{
-    Completion, CompletionCheck, Error, ExecOutput, ExecRequest, FileUpload, Machine, MachineName,
-    Phase, ProviderId, Result, SizeBasis, Transport, UserDataDelivery, UserDataFormat,
+    Completion, CompletionCheck, Machine, MachineName, Phase, ProviderId, SizeBasis,
+    UserDataDelivery, UserDataFormat,
 };
+use peers::root::Root;
 
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHx4bmxvZ2luLWtleS1mb3ItdGVzdHMtb25seQ ops@laptop";
-
-fn lower() -> PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-    let dir = cache.join("machine-provisioning/bookworm-cloud-init");
-    assert!(
-        dir.join("usr/bin/cloud-init").exists(),
-        "{} has no Debian root with cloud-init: run scripts/peers/20-cloud-init.sh",
-        dir.display()
-    );
-    dir
-}
-
-/// A Debian root (overlay over the cached one) that commands run in.
-struct Root {
-    tmp: tempfile::TempDir,
-    lower: PathBuf,
-}
-
-impl Root {
-    fn new(user_data: &[u8], instance: &str) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        for d in ["upper", "work", "merged"] {
-            std::fs::create_dir(tmp.path().join(d)).unwrap();
-        }
-        let up = tmp.path().join("upper");
-        let seed = up.join("var/lib/cloud/seed/nocloud");
-        std::fs::create_dir_all(&seed).unwrap();
-        std::fs::write(seed.join("user-data"), user_data).unwrap();
-        std::fs::write(
-            seed.join("meta-data"),
-            format!("instance-id: {instance}\nlocal-hostname: {instance}\n"),
-        )
-        .unwrap();
-        let cfg = up.join("etc/cloud/cloud.cfg.d");
-        std::fs::create_dir_all(&cfg).unwrap();
-        // The image's own settings: minbase has no locales package, so the locale
-        // module is off in the image (not in the user data under test).
-        std::fs::write(
-            cfg.join("90-test.cfg"),
-            "datasource_list: [ NoCloud, None ]\nlocale: false\n",
-        )
-        .unwrap();
-        Root {
-            tmp,
-            lower: lower(),
-        }
-    }
-
-    fn upper(&self, path: &str) -> PathBuf {
-        self.tmp
-            .path()
-            .join("upper")
-            .join(path.trim_start_matches('/'))
-    }
-
-    /// Runs `command` with sh inside the root, in fresh namespaces.
-    fn run(&self, command: &str) -> std::process::Output {
-        let t = self.tmp.path();
-        let script = "mount -t overlay overlay -o lowerdir=\"$LOWER\",upperdir=\"$T/upper\",workdir=\"$T/work\" \"$T/merged\" && \
-            exec unshare --uts --net --ipc --pid --fork --mount-proc=\"$T/merged/proc\" chroot \"$T/merged\" /bin/sh -c \"$CMD\"";
-        std::process::Command::new("/usr/bin/unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", script])
-            .env("LOWER", &self.lower)
-            .env("T", t)
-            .env("CMD", command)
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .output()
-            .expect("unshare is missing: apt-get install util-linux")
-    }
-
-    fn boot(&self) {
-        let out = self.run(
-            "cloud-init init --local; cloud-init init; cloud-init modules --mode config; cloud-init modules --mode final; true",
-        );
-        assert!(
-            out.status.success(),
-            "boot failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-#[async_trait]
-impl Transport for Root {
-    async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput> {
-        let out = self.run(&request.command);
-        Ok(ExecOutput {
-            status: out.status.code(),
-            stdout: out.stdout,
-            stderr: out.stderr,
-            truncated: false,
-        })
-    }
-    async fn upload(&self, f: &FileUpload) -> Result<()> {
-        Err(Error::permanent(format!("not used: {}", f.path)))
-    }
-    async fn read_file(&self, path: &str, _max: usize) -> Result<Option<Vec<u8>>> {
-        Ok(std::fs::read(self.upper(path)).ok())
-    }
-}
 
 fn delivery() -> UserDataDelivery {
     UserDataDelivery {
@@ -144,8 +36,7 @@ fn machine() -> Machine {
 }
 
 fn read(root: &Root, path: &str) -> String {
-    std::fs::read_to_string(root.upper(path))
-        .unwrap_or_else(|e| panic!("{path} was not written by cloud-init: {e}"))
+    root.read(path)
 }
 
 fn unique(name: &str) -> String {

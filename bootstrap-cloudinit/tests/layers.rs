@@ -129,9 +129,10 @@ fn multipart_parts_read_back_by_python_email_as_written() {
     assert_eq!(got["root"], "multipart/mixed");
     let got = got["parts"].as_array().unwrap();
     assert_eq!(got.len(), parts.len());
-    for (g, p) in got.iter().zip(&parts) {
+    for (i, (g, p)) in got.iter().zip(&parts).enumerate() {
         assert_eq!(g["type"], p.format.mime_type().unwrap(), "{g}");
-        assert_eq!(g["filename"], p.filename.as_str());
+        // The assembly prefixes the index so that cloud-init runs scripts in order.
+        assert_eq!(g["filename"], format!("{i:02}-{}", p.filename));
         assert_eq!(g["payload"], String::from_utf8(p.content.clone()).unwrap());
         if p.format == UserDataFormat::CloudConfig {
             assert_eq!(g["merge"], MERGE_TYPE);
@@ -282,12 +283,13 @@ fn multipart_matches_cloud_init_make_mime_part_for_part() {
     let parts = b.parts().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut args = vec!["devel".to_owned(), "make-mime".to_owned()];
-    for p in &parts {
-        let path = dir.path().join(&p.filename);
-        std::fs::write(&path, &p.content).unwrap();
+    for (i, p) in parts.iter().enumerate() {
+        // Named as the assembly names them (index prefix, for cloud-init's script order).
+        let name = format!("{i:02}-{}", p.filename);
+        std::fs::write(dir.path().join(&name), &p.content).unwrap();
         let subtype = p.format.mime_type().unwrap().trim_start_matches("text/");
         args.push("-a".into());
-        args.push(format!("{}:{subtype}", p.filename));
+        args.push(format!("{name}:{subtype}"));
     }
     let out = std::process::Command::new("/usr/bin/cloud-init")
         .args(&args)

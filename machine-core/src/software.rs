@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::machine::Machine;
 use crate::spec::MachineSpec;
 use crate::transport::Transport;
-use crate::user_data::{UserDataFormat, UserDataPart};
+use crate::user_data::{CompletionWaiter, UserDataPart};
 
 /// How a layer of software reaches a machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -75,8 +75,9 @@ pub enum Completion {
 
 /// Tells when coupled software (user data) has finished on a running machine.
 ///
-/// A check may add user-data parts of its own (a sentinel file written last, a
-/// `phone_home`), which the composer appends after every layer's parts.
+/// A check may add user-data parts of its own (a waiter that reports cloud-init's
+/// verdict, see [`CompletionWaiter`]), which the composer appends after every layer's
+/// parts.
 #[async_trait]
 pub trait CompletionCheck: Send + Sync {
     /// Parts to append to `spec`'s user data so that the machine signals completion
@@ -90,9 +91,21 @@ pub trait CompletionCheck: Send + Sync {
 /// The sentinel file Cluster API's bootstrap providers write when bootstrap succeeded.
 pub const CAPI_SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
 
-/// Completion by a sentinel file: the user data ends with a script that writes the file,
-/// and the check reads it over the transport. Cluster API's bootstrap contract uses
-/// [`CAPI_SENTINEL`].
+/// Completion by a sentinel file, written only when every part of every layer has
+/// succeeded and finished.
+///
+/// Its user-data part is a [`CompletionWaiter`]: a script that starts a detached waiter
+/// for cloud-init's own record of the boot ([`crate::user_data::VERDICT_RESULT_PATH`],
+/// written after cloud-init's final stage, with the errors of every stage). With no
+/// error the waiter writes `success` to the sentinel; otherwise it writes cloud-init's
+/// error lines to the failure file beside it ([`SentinelFile::failure_path`], the
+/// sentinel's path plus `.failed`). So the sentinel never appears after a failed script,
+/// `runcmd` or module, nor before any part has run, whatever the layers are named.
+///
+/// [`CompletionCheck::check`] reads the failure file first (giving
+/// [`Completion::Failed`] with cloud-init's lines), then the sentinel
+/// ([`Completion::Done`]); neither is [`Completion::Pending`]. A layer must not write the
+/// sentinel itself. Cluster API's bootstrap contract uses [`CAPI_SENTINEL`].
 #[derive(Debug, Clone)]
 pub struct SentinelFile {
     path: String,
@@ -108,6 +121,11 @@ impl SentinelFile {
     pub fn path(&self) -> &str {
         &self.path
     }
+
+    /// Where the waiter writes cloud-init's errors when a part failed.
+    pub fn failure_path(&self) -> String {
+        format!("{}.failed", self.path)
+    }
 }
 
 impl Default for SentinelFile {
@@ -116,21 +134,27 @@ impl Default for SentinelFile {
     }
 }
 
+/// The most of a failure file the check reads (cloud-init's error lines are short).
+const MAX_FAILURE_BYTES: usize = 64 * 1024;
+
 #[async_trait]
 impl CompletionCheck for SentinelFile {
     fn user_data_parts(&self, _spec: &MachineSpec) -> Vec<UserDataPart> {
-        let quoted = shlex::try_quote(&self.path).map_or_else(|_| "''".into(), |q| q.into_owned());
-        let script = format!(
-            "#!/bin/sh\nset -eu\nmkdir -p \"$(dirname {quoted})\"\necho success > {quoted}\n"
-        );
-        vec![UserDataPart::new(
-            UserDataFormat::ShellScript,
-            "zz-bootstrap-sentinel.sh",
-            script,
-        )]
+        vec![CompletionWaiter::files(self.path.clone(), self.failure_path()).part()]
     }
 
     async fn check(&self, _machine: &Machine, transport: &dyn Transport) -> Result<Completion> {
+        if let Some(errors) = transport
+            .read_file(&self.failure_path(), MAX_FAILURE_BYTES)
+            .await?
+        {
+            let errors = String::from_utf8_lossy(&errors);
+            let lines: Vec<&str> = errors.lines().filter(|l| !l.trim().is_empty()).collect();
+            return Ok(Completion::Failed(format!(
+                "cloud-init failed: {}",
+                lines.join("; ")
+            )));
+        }
         Ok(match transport.read_file(&self.path, 4096).await? {
             Some(_) => Completion::Done,
             None => Completion::Pending,

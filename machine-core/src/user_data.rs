@@ -5,6 +5,23 @@
 //! `cloud-init devel make-mime` does. The output is deterministic: the boundary is derived
 //! from the content and no date or message id is written, so the same parts always give
 //! the same bytes (and the same hash, on every replica of a controller).
+//!
+//! Two cloud-init behaviours shape a multipart, and [`assemble`] handles both for every
+//! part whatever layer made it:
+//! - cloud-init merges the cloud-config parts with `dict(replace)` unless a part says
+//!   otherwise, so a later part's `users`, `write_files` or `runcmd` would silently
+//!   replace an earlier one's. Each cloud-config (and Jinja) part without a `Merge-Type`
+//!   header gets [`MERGE_TYPE`], which appends lists and merges maps;
+//!   [`check_conflicts`] refuses what that merge would still resolve silently.
+//! - cloud-init's `scripts-user` runs the script parts sorted by file name, so each
+//!   part's file name gets a zero-padded index prefix: scripts run in the order the parts
+//!   were given, and two parts can no longer overwrite each other by sharing a name.
+
+mod conflicts;
+mod waiter;
+
+pub use conflicts::{STRICT_COMMANDS, check_conflicts, compose};
+pub use waiter::{CompletionWaiter, VERDICT_RESULT_PATH, WAITER_MARKER};
 
 use std::fmt;
 use std::io::Write;
@@ -169,10 +186,20 @@ impl fmt::Debug for UserDataPart {
     }
 }
 
+/// The `Merge-Type` header [`assemble`] puts on every cloud-config and Jinja part of a
+/// multipart that has none: lists appended, maps merged recursively (lists inside them
+/// appended too), a scalar kept from the first part that set it (cloud-init 22.4's
+/// `m_dict`, `m_list`, `m_str`). cloud-init takes a part's mergers from its own header,
+/// so it must be on every part after the first; it is on all of them.
+pub const MERGE_TYPE: &str = "list(append)+dict(no_replace,recurse_list)+str()";
+
 /// Joins parts into one user data: a single plain part is passed through as it is;
 /// several (or one with extra headers) become a MIME multipart like `cloud-init devel
-/// make-mime` builds. A part whose format has no MIME type (Ignition, PowerShell, raw)
-/// cannot share user data with others: that is an invalid-spec error naming the part.
+/// make-mime` builds, with [`MERGE_TYPE`] on each cloud-config and Jinja part that has
+/// no `Merge-Type` of its own, and each file name prefixed with the part's zero-padded
+/// index (`00-base.sh`, `01-app.sh`, ...) so that cloud-init runs scripts in the given
+/// order. A part whose format has no MIME type (Ignition, PowerShell, raw) cannot share
+/// user data with others: that is an invalid-spec error naming the part.
 pub fn assemble(parts: &[UserDataPart]) -> Result<Option<UserData>> {
     match parts {
         [] => Ok(None),
@@ -184,6 +211,8 @@ pub fn assemble(parts: &[UserDataPart]) -> Result<Option<UserData>> {
 fn multipart(parts: &[UserDataPart]) -> Result<Vec<u8>> {
     let mut mime_parts = Vec::with_capacity(parts.len());
     let mut hasher = Sha256::new();
+    // Wide enough for the last index, and at least two digits.
+    let width = (parts.len().saturating_sub(1)).to_string().len().max(2);
     for (i, part) in parts.iter().enumerate() {
         let Some(mime_type) = part.format.mime_type() else {
             return Err(Error::invalid_spec(
@@ -203,9 +232,21 @@ fn multipart(parts: &[UserDataPart]) -> Result<Vec<u8>> {
             ContentType::new(mime_type).attribute("charset", "utf-8"),
             body,
         )
-        .attachment(part.filename.as_str());
+        .attachment(format!("{i:0width$}-{}", part.filename));
         for (name, value) in &part.headers {
             mime = mime.header(name.as_str(), Raw::new(value.as_str()));
+        }
+        let merges = matches!(
+            part.format,
+            UserDataFormat::CloudConfig | UserDataFormat::Jinja2
+        );
+        if merges
+            && !part
+                .headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("Merge-Type"))
+        {
+            mime = mime.header("Merge-Type", Raw::new(MERGE_TYPE));
         }
         mime_parts.push(mime);
     }
@@ -368,11 +409,38 @@ mod tests {
             text.contains("Merge-Type: list(append)+dict(recurse_array)+str()"),
             "{text}"
         );
-        assert!(text.contains("filename=\"app.sh\""), "{text}");
+        assert!(text.contains("filename=\"01-app.sh\""), "{text}");
         assert!(
             !text.contains("Message-ID") && !text.contains("Date:"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn every_cloud_config_part_merges_additively_and_names_sort_in_order() {
+        let parts: Vec<_> = (0..11)
+            .map(|i| {
+                let p = UserDataPart::new(
+                    UserDataFormat::CloudConfig,
+                    format!("z{}.yaml", 10 - i),
+                    format!("#cloud-config\nruncmd: [echo {i}]\n"),
+                );
+                if i == 3 {
+                    p.with_header("merge-type", "list()+dict()+str()")
+                } else {
+                    p
+                }
+            })
+            .collect();
+        let text = String::from_utf8(assemble(&parts).unwrap().unwrap().bytes).unwrap();
+        assert_eq!(
+            text.matches(&format!("Merge-Type: {MERGE_TYPE}")).count(),
+            10,
+            "{text}"
+        );
+        assert!(text.contains("merge-type: list()+dict()+str()"), "{text}");
+        assert!(text.contains("filename=\"00-z10.yaml\""), "{text}");
+        assert!(text.contains("filename=\"10-z0.yaml\""), "{text}");
     }
 
     #[test]

@@ -12,6 +12,9 @@ need=()
 [ -x /usr/bin/unshare ] || need+=(util-linux)
 command -v gzip >/dev/null || need+=(gzip)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
+# ip and nsenter: the phone-home tests give the booted root a network namespace of their own.
+command -v ip >/dev/null || need+=(iproute2)
+[ -x /usr/bin/nsenter ] || need+=(util-linux)
 if [ "${#need[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q

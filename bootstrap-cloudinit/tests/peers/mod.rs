@@ -3,6 +3,8 @@
 //! (`ignition-validate`). A missing peer fails the test with how to install it.
 #![allow(dead_code)]
 
+pub mod root;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 

@@ -412,23 +412,30 @@ impl Composer {
     /// in order, then the completion check's, joined (MIME multipart when more than one)
     /// and fitted to the provider's budget (gzip when over it and accepted). Data that
     /// still does not fit is an invalid-spec error here, before any API call.
+    ///
+    /// Whatever kind each layer is, cloud-init then merges every cloud-config part
+    /// additively and runs the script parts in this order (see [`user_data::assemble`]);
+    /// what that merge would still resolve silently (one key given different values by
+    /// two layers, host keys from two layers, ...) is refused here with an invalid-spec
+    /// error naming both layers, and `runcmd` stops at its first failed command so that
+    /// cloud-init records the failure (see [`user_data::compose`]).
     pub fn user_data(&self, spec: &MachineSpec) -> Result<Option<UserData>> {
-        let mut parts = Vec::new();
+        let mut by_layer = Vec::new();
         for layer in self.coupled() {
             let name = layer.software.name();
-            parts.extend(
-                layer
-                    .software
-                    .user_data_parts(spec)
-                    .map_err(|e| e.context(format_args!("layer {name}")))?,
-            );
+            let parts = layer
+                .software
+                .user_data_parts(spec)
+                .map_err(|e| e.context(format_args!("layer {name}")))?;
+            by_layer.push((name, parts));
         }
-        if parts.is_empty() {
+        if by_layer.iter().all(|(_, parts)| parts.is_empty()) {
             return Ok(None);
         }
         if let Some(check) = &self.completion {
-            parts.extend(check.user_data_parts(spec));
+            by_layer.push(("completion check", check.user_data_parts(spec)));
         }
+        let parts = user_data::compose(by_layer.iter().map(|(n, p)| (*n, p.as_slice())))?;
         let Some(assembled) = user_data::assemble(&parts)? else {
             return Ok(None);
         };
