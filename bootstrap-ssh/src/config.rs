@@ -161,6 +161,8 @@ impl SshConfig {
                 max_delay: Duration::from_secs(10),
                 factor: 2.0,
                 jitter: true,
+                // connect_deadline bounds the retries in time.
+                max_elapsed: None,
             },
             keepalive_interval: Duration::from_secs(15),
             keepalive_max: 3,

@@ -24,10 +24,15 @@ pub struct RetryPolicy {
     /// Draw each delay at random from its upper half (`[d/2, d]`, never above
     /// `max_delay`), seeded per process, so that many clients do not retry in step.
     pub jitter: bool,
+    /// A budget for the whole call, retries and waits included, counted from the first
+    /// attempt: no retry starts after it is spent, and no wait runs past it. `None`
+    /// bounds the call by `max_retries` alone.
+    pub max_elapsed: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
-    /// Five retries from 200 ms, doubling, capped at 10 s, with jitter.
+    /// Five retries from 200 ms, doubling, capped at 10 s, with jitter, within one
+    /// minute in all.
     fn default() -> Self {
         RetryPolicy {
             max_retries: 5,
@@ -35,6 +40,7 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_secs(10),
             factor: 2.0,
             jitter: true,
+            max_elapsed: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -70,23 +76,31 @@ impl RetryPolicy {
     }
 
     /// Runs `op` until it succeeds, fails with an error that is not retryable, or the
-    /// retries are used up (then the last error is returned). A throttled error's
-    /// `retry_after` is honoured when longer than the backoff delay (capped at
-    /// `max_delay`).
+    /// retries or the time budget ([`RetryPolicy::max_elapsed`]) are used up (then the
+    /// last error is returned). A throttled error's `retry_after` is honoured when longer
+    /// than the backoff delay (capped at `max_delay`).
     pub async fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
         let max = self.max_delay;
+        let budget = self.max_elapsed;
+        let start = tokio::time::Instant::now();
         op.retry(self.backoff())
             .sleep(tokio::time::sleep)
             .when(Error::is_retryable)
             .adjust(move |e: &Error, delay| {
-                delay.map(|d| match e.retry_after() {
+                let d = delay?;
+                let d = match e.retry_after() {
                     Some(after) => d.max(after.min(max)),
                     None => d,
-                })
+                };
+                match budget {
+                    // No retry once waiting would overrun the budget.
+                    Some(b) if start.elapsed() + d >= b => None,
+                    _ => Some(d),
+                }
             })
             .notify(|e, delay| {
                 tracing::debug!(what, error = %e, ?delay, "retrying");
@@ -127,6 +141,7 @@ mod tests {
             max_delay: Duration::from_millis(4),
             factor: 2.0,
             jitter: false,
+            max_elapsed: None,
         }
     }
 
@@ -194,6 +209,38 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_time_budget_stops_retries_that_max_retries_would_allow() {
+        let policy = RetryPolicy {
+            max_retries: 1000,
+            initial_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(1),
+            jitter: false,
+            max_elapsed: Some(Duration::from_secs(5)),
+            ..RetryPolicy::default()
+        };
+        let start = tokio::time::Instant::now();
+        let calls = AtomicUsize::new(0);
+        let e = policy
+            .retry("op", || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(Error::transient("reset"))
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Transient);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            5,
+            "attempts at 0, 1, 2, 3 and 4 s"
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ fn quick_retries(max_retries: usize) -> RetryPolicy {
         max_delay: Duration::from_millis(500),
         factor: 2.0,
         jitter: true,
+        max_elapsed: None,
     }
 }
 

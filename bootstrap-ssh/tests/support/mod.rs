@@ -354,6 +354,7 @@ pub fn fast(config: SshConfig) -> SshConfig {
                 max_delay: Duration::from_millis(500),
                 factor: 2.0,
                 jitter: true,
+                max_elapsed: None,
             },
             Duration::from_secs(20),
         )
