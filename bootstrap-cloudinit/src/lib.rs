@@ -37,8 +37,8 @@ pub use ignition::{IGNITION_VERSION, ignition_user_data, to_ignition};
 pub use layer::{CloudConfigLayer, LayerPart};
 pub use merge::{MERGE_TYPE, merge};
 pub use model::{
-    CaCerts, CloudConfig, Command, Content, MODELED_KEYS, ManageEtcHosts, Ntp, PHONE_HOME_FIELDS,
-    PhoneHome, PhoneHomePost, SshHostKeys, User, UserEntry, WriteFile,
+    CaCerts, CloudConfig, Command, Content, MAX_DECODED_CONTENT, MODELED_KEYS, ManageEtcHosts, Ntp,
+    PHONE_HOME_FIELDS, PhoneHome, PhoneHomePost, SshHostKeys, User, UserEntry, WriteFile,
 };
 pub use phone_home::{PhoneHomeCheck, PhoneHomeListener, PhoneHomeReport};
 pub use render::{HEADER, parse, render};
