@@ -29,6 +29,7 @@ mod render;
 mod secret;
 mod template;
 mod validate;
+mod yaml_fill;
 
 pub use bootstrap::{Bootstrap, Built, Output, SizeReport};
 pub use completion::{CloudInitState, CloudInitStatus, STATUS_COMMAND, parse_status};

@@ -2,10 +2,15 @@
 //!
 //! Jinja because cloud-init's own templates are Jinja, so users bring what they have.
 //! Undefined variables are errors naming the variable and the line. In templates whose
-//! name ends in `.yaml` or `.yml`, every `{{ value }}` is written as a JSON scalar
-//! (JSON is YAML), with characters YAML readers refuse escaped, so no value can change
-//! the document's structure; `| safe` opts out. Filters: `shell_quote` (POSIX shell
-//! quoting), `b64encode`, `b64decode`, `tojson`.
+//! name ends in `.yaml`, `.yml` or `.json`, no value can change the document's
+//! structure, wherever the `{{ value }}` stands: the whole of a scalar, part of one
+//! (`curl-{{ v }}`, `"a {{ v }}"`), inside a block scalar, a key or a comment. Every
+//! scalar holding a value is written as one JSON string (JSON is YAML) with characters
+//! YAML readers refuse escaped; a value that is a whole plain scalar and not a string
+//! is written as JSON, keeping its type. A value in an anchor, tag or alias position is
+//! refused, and the output is parsed again and must have the template's own structure
+//! (see `yaml_fill`). `| safe` and `tojson` write their text as it is: an opt-out.
+//! Filters: `shell_quote` (POSIX shell quoting), `b64encode`, `b64decode`, `tojson`.
 
 use base64::Engine;
 use machine_core::{Error, Result};
@@ -16,6 +21,7 @@ use serde::Serialize;
 use crate::layer::CloudConfigLayer;
 use crate::model::CloudConfig;
 use crate::render::parse;
+use crate::yaml_fill::{self, yaml_safe_json};
 
 /// A set of named templates.
 ///
@@ -57,7 +63,7 @@ impl Templates {
             env.set_syntax(syntax);
         }
         env.set_auto_escape_callback(|name| {
-            if name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json") {
+            if is_yaml(name) {
                 AutoEscape::Json
             } else {
                 AutoEscape::None
@@ -65,10 +71,18 @@ impl Templates {
         });
         env.set_formatter(|out, state, value| {
             if matches!(state.auto_escape(), AutoEscape::Json) && !value.is_safe() {
-                let json = serde_json::to_string(value).map_err(|e| {
+                let json = serde_json::to_value(value).map_err(|e| {
                     minijinja::Error::new(JinjaKind::BadSerialization, e.to_string())
                 })?;
-                out.write_str(&yaml_safe_json(&json))
+                // In a YAML render the value goes in later, by yaml_fill; here only
+                // its placeholder.
+                let text = match yaml_fill::record(json) {
+                    Some(token) => token,
+                    None => yaml_safe_json(&serde_json::to_string(value).map_err(|e| {
+                        minijinja::Error::new(JinjaKind::BadSerialization, e.to_string())
+                    })?),
+                };
+                out.write_str(&text)
                     .map_err(|e| minijinja::Error::new(JinjaKind::WriteFailure, e.to_string()))
             } else {
                 minijinja::escape_formatter(out, state, value)
@@ -129,7 +143,8 @@ impl Templates {
             .get_template(name)
             .map_err(|e| Error::invalid_spec(format!("template {name}"), e.to_string()))?;
         let ctx = Value::from(minijinja::value::Serde(context));
-        tmpl.render(&ctx).map_err(|e| {
+        let (rendered, slots) = yaml_fill::recording(|| tmpl.render(&ctx));
+        let text = rendered.map_err(|e| {
             let missing: Vec<String> = {
                 let mut v: Vec<String> = tmpl
                     .undeclared_variables(true)
@@ -140,6 +155,12 @@ impl Templates {
                 v
             };
             template_error(name, tmpl.source(), &e, &missing)
+        })?;
+        if !is_yaml(name) {
+            return Ok(text);
+        }
+        yaml_fill::fill(&text, &slots).map_err(|m| {
+            Error::invalid_spec(format!("template {name}"), format!("rendered output {m}"))
         })
     }
 
@@ -177,6 +198,12 @@ impl CloudConfigLayer {
     }
 }
 
+/// Templates whose output is YAML (JSON is YAML): their values are placed by
+/// [`yaml_fill`].
+fn is_yaml(name: &str) -> bool {
+    name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json")
+}
+
 fn is_defined(ctx: &Value, path: &str) -> bool {
     let mut v = ctx.clone();
     for part in path.split('.') {
@@ -186,24 +213,6 @@ fn is_defined(ctx: &Value, path: &str) -> bool {
         }
     }
     true
-}
-
-/// JSON text with the characters a YAML 1.1 reader (PyYAML) refuses or folds (C1
-/// controls, NEL, LS/PS, BOM, U+FFFE/U+FFFF) escaped; JSON only escapes C0 controls.
-fn yaml_safe_json(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        let bad = matches!(
-            c,
-            '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
-        );
-        if bad {
-            out.push_str(&format!("\\u{:04x}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 fn template_error(name: &str, source: &str, e: &minijinja::Error, missing: &[String]) -> Error {
