@@ -44,5 +44,5 @@ pub use model::{
 pub use phone_home::{PhoneHomeCheck, PhoneHomeListener, PhoneHomeReport};
 pub use render::{HEADER, parse, render};
 pub use secret::Secret;
-pub use template::Templates;
+pub use template::{SecretVars, Templates};
 pub use validate::{SYSTEM_USERS, validate_with};

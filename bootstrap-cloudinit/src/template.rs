@@ -19,8 +19,11 @@ use minijinja::{AutoEscape, Environment, ErrorKind as JinjaKind, UndefinedBehavi
 use serde::Serialize;
 
 use crate::layer::CloudConfigLayer;
-use crate::model::CloudConfig;
+use std::collections::BTreeMap;
+
+use crate::model::{CloudConfig, Content, UserEntry};
 use crate::render::parse;
+use crate::secret::{Secret, scrub};
 use crate::yaml_fill::{self, yaml_safe_json};
 
 /// A set of named templates.
@@ -164,6 +167,38 @@ impl Templates {
         })
     }
 
+    /// Renders template `name` with `context` and the secret variables `secrets`; the
+    /// output holds their values, so it comes back as a [`Secret`]. Errors never show
+    /// them (see [`SecretVars`]).
+    pub fn render_with_secrets(
+        &self,
+        name: &str,
+        context: &impl Serialize,
+        secrets: &SecretVars,
+    ) -> Result<Secret> {
+        let ctx = secrets.context(context)?;
+        self.render(name, &ctx)
+            .map(Secret::new)
+            .map_err(|e| scrub(e, secrets.iter()))
+    }
+
+    /// [`Templates::render_cloud_config`] with secret variables, which may only land in
+    /// secret fields (see [`SecretVars`]).
+    pub fn render_cloud_config_with_secrets(
+        &self,
+        name: &str,
+        context: &impl Serialize,
+        secrets: &SecretVars,
+        allowed_extra: &[&str],
+    ) -> Result<CloudConfig> {
+        let ctx = secrets.context(context)?;
+        let mut config = self
+            .render_cloud_config(name, &ctx, allowed_extra)
+            .map_err(|e| scrub(e, secrets.iter()))?;
+        secrets.confine(name, &mut config)?;
+        Ok(config)
+    }
+
     /// Renders template `name` as a cloud-config and reads it into the typed model,
     /// refusing top-level keys the model does not cover unless in `allowed_extra`.
     pub fn render_cloud_config(
@@ -177,6 +212,156 @@ impl Templates {
         // rendered here, it is a plain cloud-config.
         let text = text.strip_prefix("## template: jinja\n").unwrap_or(&text);
         parse(text, allowed_extra).map_err(|e| e.context(format_args!("template {name}")))
+    }
+}
+
+/// Template variables whose values are secret (a password hash, a token, a private
+/// key), given beside the ordinary context.
+///
+/// Their values reach the rendered document and nothing else: errors show
+/// `[secret NAME]` in their place, Debug shows only the names, and this crate logs
+/// neither. In a cloud-config they may only land in secret fields
+/// (`users[].hashed_passwd`, `ssh_keys.*_private`, `write_files[].content`, which then
+/// becomes [`crate::Content::Secret`]); anywhere else the render is refused, naming the
+/// variable and the field, because the typed model would show them.
+///
+/// ```
+/// use bootstrap_cloudinit::{Secret, SecretVars, Templates};
+/// let mut t = Templates::new();
+/// t.add("u.yaml", "#cloud-config\nusers:\n  - name: ops\n    hashed_passwd: {{ hash }}\n")?;
+/// let secrets = SecretVars::new().with("hash", Secret::new("$6$salt$h"));
+/// let c = t.render_cloud_config_with_secrets("u.yaml", &serde_json::json!({}), &secrets, &[])?;
+/// assert!(!format!("{c:?}").contains("$6$salt$h"));
+/// # Ok::<(), machine_core::Error>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct SecretVars {
+    vars: BTreeMap<String, Secret>,
+}
+
+impl std::fmt::Debug for SecretVars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretVars")
+            .field("names", &self.vars.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl SecretVars {
+    /// No secret variables.
+    pub fn new() -> Self {
+        SecretVars::default()
+    }
+
+    /// Adds variable `name` with a secret `value`.
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<Secret>) -> Self {
+        self.vars.insert(name.into(), value.into());
+        self
+    }
+
+    /// The variables' names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.vars.keys().map(String::as_str)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &Secret)> + Clone {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// `context` as a map with the secret variables added; a name in both is refused.
+    fn context(&self, context: &impl Serialize) -> Result<serde_json::Value> {
+        let mut value = serde_json::to_value(context).map_err(|e| {
+            scrub(
+                Error::invalid_spec("template context", e.to_string()),
+                self.iter(),
+            )
+        })?;
+        if self.vars.is_empty() {
+            return Ok(value);
+        }
+        if value.is_null() {
+            value = serde_json::Value::Object(Default::default());
+        }
+        let Some(map) = value.as_object_mut() else {
+            return Err(Error::invalid_spec(
+                "template context",
+                "must be a map to add secret variables to",
+            ));
+        };
+        for (name, secret) in &self.vars {
+            if map.contains_key(name) {
+                return Err(Error::invalid_spec(
+                    format!("template context.{name}"),
+                    "is given both as a value and as a secret variable",
+                ));
+            }
+            map.insert(name.clone(), secret.expose().into());
+        }
+        Ok(value)
+    }
+
+    /// Marks as secret every file content holding a secret value, then refuses the
+    /// config if a secret value is left anywhere but a secret field.
+    fn confine(&self, template: &str, config: &mut CloudConfig) -> Result<()> {
+        let holds_secret = |text: &str| {
+            self.iter()
+                .find(|(_, v)| !v.expose().is_empty() && text.contains(v.expose()))
+                .map(|(n, _)| n.to_owned())
+        };
+        for file in &mut config.write_files {
+            let text = String::from_utf8_lossy(file.content.bytes()).into_owned();
+            if !file.content.is_secret() && holds_secret(&text).is_some() {
+                file.content = Content::Secret(Secret::new(text));
+            }
+        }
+        let mut public = config.clone();
+        for entry in &mut public.users {
+            if let UserEntry::User(u) = entry {
+                u.hashed_passwd = None;
+            }
+        }
+        if let Some(keys) = &mut public.ssh_keys {
+            keys.ed25519_private = None;
+            keys.ecdsa_private = None;
+            keys.rsa_private = None;
+        }
+        public.write_files.retain(|f| !f.content.is_secret());
+        let value = serde_json::to_value(&public).unwrap_or_default();
+        if let Some((path, name)) = find_in(&value, String::new(), &holds_secret) {
+            return Err(Error::invalid_spec(
+                format!("template {template}"),
+                format!(
+                    "secret variable {name} lands in {path}, which is not a secret field; secret values may only fill users[].hashed_passwd, ssh_keys.*_private and write_files[].content"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The path of the first string or key in `value` for which `hit` names a variable.
+fn find_in(
+    value: &serde_json::Value,
+    path: String,
+    hit: &dyn Fn(&str) -> Option<String>,
+) -> Option<(String, String)> {
+    match value {
+        serde_json::Value::String(s) => hit(s).map(|n| (path, n)),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| find_in(v, format!("{path}[{i}]"), hit)),
+        serde_json::Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let p = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            hit(k)
+                .map(|n| (p.clone(), n))
+                .or_else(|| find_in(v, p, hit))
+        }),
+        _ => None,
     }
 }
 
@@ -195,6 +380,22 @@ impl CloudConfigLayer {
         t.add(tname.clone(), source)?;
         let config = t.render_cloud_config(&tname, context, allowed_extra)?;
         CloudConfigLayer::new(name, config)
+    }
+
+    /// [`CloudConfigLayer::from_template`] with secret variables (see [`SecretVars`]).
+    pub fn from_template_with_secrets(
+        name: impl Into<String>,
+        source: &str,
+        context: &impl Serialize,
+        secrets: &SecretVars,
+        allowed_extra: &[&str],
+    ) -> Result<Self> {
+        let name = name.into();
+        let mut t = Templates::new();
+        let tname = format!("{name}.yaml");
+        t.add(tname.clone(), source)?;
+        let config = t.render_cloud_config_with_secrets(&tname, context, secrets, allowed_extra)?;
+        CloudConfigLayer::new(name, config).map_err(|e| scrub(e, secrets.iter()))
     }
 }
 
