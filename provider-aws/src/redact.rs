@@ -11,7 +11,9 @@
 //!   opt-in);
 //! - moves the request body into a streaming body over the same bytes just before it is
 //!   sent (after signing), whose Debug is `BoxBody`. It stays retryable: each retry
-//!   rebuilds it from the same bytes, which are shared, not copied.
+//!   rebuilds it from the same bytes, which are shared, not copied. aws-smithy-runtime
+//!   1.16 already hands the transmit step such a body (the canary test passes without
+//!   this step); this keeps it so if a later SDK logs an in-memory body again.
 //!
 //! The SDK also logs each deserialized answer's Debug at TRACE (`output_or_error`), which
 //! no interceptor can reach before it is logged; the one answer holding user data
@@ -52,11 +54,43 @@ impl Intercept for RedactBodies {
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let body = context.request_mut().body_mut();
-        if let Some(bytes) = body.bytes().map(bytes::Bytes::copy_from_slice) {
-            *body = SdkBody::retryable(move || {
-                SdkBody::from_body_1_x(http_body_util::Full::new(bytes.clone()))
-            });
+        if let Some(opaque) = opaque(body) {
+            *body = opaque;
         }
         Ok(())
+    }
+}
+
+/// A retryable streaming body over an in-memory body's bytes; `None` for a body that
+/// is not in memory (already opaque).
+fn opaque(body: &SdkBody) -> Option<SdkBody> {
+    let bytes = bytes::Bytes::copy_from_slice(body.bytes()?);
+    Some(SdkBody::retryable(move || {
+        SdkBody::from_body_1_x(http_body_util::Full::new(bytes.clone()))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn opaque_bodies_hide_their_bytes_and_stay_retryable() {
+        use http_body_util::BodyExt;
+        let body = SdkBody::from("Action=RunInstances&UserData=c2VjcmV0");
+        assert!(format!("{body:?}").contains("UserData"));
+        let hidden = opaque(&body).unwrap();
+        assert!(!format!("{hidden:?}").contains("UserData"), "{hidden:?}");
+        let retry = hidden.try_clone().expect("retryable");
+        for b in [hidden, retry] {
+            let bytes = b.collect().await.unwrap().to_bytes();
+            assert_eq!(&bytes[..], b"Action=RunInstances&UserData=c2VjcmV0");
+        }
+        assert!(
+            opaque(&SdkBody::from_body_1_x(
+                http_body_util::Empty::<bytes::Bytes>::new()
+            ))
+            .is_none()
+        );
     }
 }
