@@ -149,7 +149,7 @@ fn the_issues_two_examples_keep_one_value_each() {
     let text = t
         .render("p.yaml", &json!({"v": "x, evilpkg, y", "w": "ok #rest"}))
         .unwrap();
-    let py = &peers::pyyaml_load_all(&[text.clone()])[0];
+    let py = &peers::pyyaml_load_all(std::slice::from_ref(&text))[0];
     assert_eq!(py["packages"], json!(["curl-x, evilpkg, y"]), "{text}");
     assert_eq!(py["runcmd"], json!(["done-ok #rest"]), "{text}");
     // As a cloud-config the package name is then refused by validation, not split.
