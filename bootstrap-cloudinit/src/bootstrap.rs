@@ -15,6 +15,7 @@ use crate::layer::{CloudConfigLayer, coupled_only};
 use crate::merge::{MERGE_TYPE, merge};
 use crate::model::CloudConfig;
 use crate::render::render_unchecked;
+use crate::secret::summary;
 use crate::validate::validate_with;
 
 /// How several layers become user data.
@@ -42,12 +43,28 @@ pub enum Output {
 /// assert!(doc.starts_with("#cloud-config\n"));
 /// # Ok::<(), machine_core::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+///
+/// Debug shows names, sizes and hashes only (see [`CloudConfigLayer`]).
+#[derive(Clone)]
 pub struct Bootstrap {
     name: String,
     layers: Vec<CloudConfigLayer>,
     output: Output,
     merged: CloudConfig,
+}
+
+impl fmt::Debug for Bootstrap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let merged = render_unchecked(&self.merged)
+            .map(|doc| summary(doc.as_bytes()))
+            .unwrap_or_else(|_| "not renderable".to_owned());
+        f.debug_struct("Bootstrap")
+            .field("name", &self.name)
+            .field("layers", &self.layers)
+            .field("output", &self.output)
+            .field("merged", &merged)
+            .finish()
+    }
 }
 
 impl Bootstrap {

@@ -2,6 +2,8 @@
 //! cloud-config plus scripts, boothooks and Jinja parts), usable directly as a coupled
 //! [`SoftwareProvisioner`].
 
+use std::fmt;
+
 use async_trait::async_trait;
 use machine_core::{
     Error, Machine, MachineSpec, Mode, Result, SoftwareProvisioner, Transport, UserDataFormat,
@@ -11,10 +13,12 @@ use machine_core::{
 use crate::merge::MERGE_TYPE;
 use crate::model::CloudConfig;
 use crate::render::render_unchecked;
+use crate::secret::summary;
 use crate::validate::validate_with;
 
-/// One part of a layer besides its cloud-config.
-#[derive(Debug, Clone, PartialEq)]
+/// One part of a layer besides its cloud-config. Debug shows the kind, file name and
+/// the content's size and hash: a script may carry a token.
+#[derive(Clone, PartialEq)]
 pub enum LayerPart {
     /// A script run once, late in the first boot (`text/x-shellscript`).
     ShellScript {
@@ -42,6 +46,9 @@ pub enum LayerPart {
 
 /// A layer of cloud-init user data: a typed cloud-config (validated on construction)
 /// and optional extra parts.
+///
+/// Debug shows the name, parts' names, sizes and hashes, never content: the rendered
+/// document holds password hashes, host private keys and secret files in clear.
 ///
 /// As a [`SoftwareProvisioner`] it is coupled only: its parts go into the machine's
 /// user data, each cloud-config part carrying the `Merge-Type` header
@@ -80,7 +87,7 @@ pub enum LayerPart {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CloudConfigLayer {
     name: String,
     config: CloudConfig,
@@ -89,6 +96,31 @@ pub struct CloudConfigLayer {
     /// The config rendered once at construction: layers are built once and used for
     /// many machines, and the config cannot change afterwards.
     rendered: std::sync::Arc<str>,
+}
+
+impl fmt::Debug for LayerPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (kind, filename, content) = match self {
+            LayerPart::ShellScript { filename, script } => ("ShellScript", filename, script),
+            LayerPart::Boothook { filename, script } => ("Boothook", filename, script),
+            LayerPart::Jinja2 { filename, template } => ("Jinja2", filename, template),
+        };
+        f.debug_struct(kind)
+            .field("filename", filename)
+            .field("content", &summary(content.as_bytes()))
+            .finish()
+    }
+}
+
+impl fmt::Debug for CloudConfigLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CloudConfigLayer")
+            .field("name", &self.name)
+            .field("cloud_config", &summary(self.rendered.as_bytes()))
+            .field("parts", &self.parts)
+            .field("system_users", &self.system_users)
+            .finish()
+    }
 }
 
 impl CloudConfigLayer {

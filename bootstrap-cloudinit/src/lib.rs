@@ -29,6 +29,7 @@ mod render;
 mod secret;
 mod template;
 mod validate;
+mod yaml_fill;
 
 pub use bootstrap::{Bootstrap, Built, Output, SizeReport};
 pub use completion::{CloudInitState, CloudInitStatus, STATUS_COMMAND, parse_status};
@@ -37,11 +38,11 @@ pub use ignition::{IGNITION_VERSION, ignition_user_data, to_ignition};
 pub use layer::{CloudConfigLayer, LayerPart};
 pub use merge::{MERGE_TYPE, merge};
 pub use model::{
-    CaCerts, CloudConfig, Command, Content, MODELED_KEYS, ManageEtcHosts, Ntp, PHONE_HOME_FIELDS,
-    PhoneHome, PhoneHomePost, SshHostKeys, User, UserEntry, WriteFile,
+    CaCerts, CloudConfig, Command, Content, MAX_DECODED_CONTENT, MODELED_KEYS, ManageEtcHosts, Ntp,
+    PHONE_HOME_FIELDS, PhoneHome, PhoneHomePost, SshHostKeys, User, UserEntry, WriteFile,
 };
 pub use phone_home::{PhoneHomeCheck, PhoneHomeListener, PhoneHomeReport};
 pub use render::{HEADER, parse, render};
 pub use secret::Secret;
-pub use template::Templates;
+pub use template::{SecretVars, Templates};
 pub use validate::{SYSTEM_GROUPS, SYSTEM_USERS, validate_with};

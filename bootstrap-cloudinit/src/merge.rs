@@ -6,7 +6,8 @@
 use machine_core::{Error, Result};
 use serde_json::Value;
 
-use crate::model::CloudConfig;
+use crate::model::{CloudConfig, Content};
+use crate::secret::Secret;
 
 /// The `Merge-Type` header put on every cloud-config part of a multipart:
 /// lists appended, maps merged recursively (lists inside them appended too), a scalar
@@ -22,7 +23,9 @@ pub fn merge<'a>(
 ) -> Result<CloudConfig> {
     let mut acc = serde_json::Map::new();
     let mut owners: Vec<(String, String)> = Vec::new();
+    let mut secret_files = Vec::new();
     for (layer, config) in configs {
+        secret_files.extend(config.write_files.iter().filter(|f| f.content.is_secret()));
         let value = serde_json::to_value(config)
             .map_err(|e| Error::invalid_spec(layer, format!("cannot merge: {e}")))?;
         let Value::Object(map) = value else {
@@ -30,8 +33,22 @@ pub fn merge<'a>(
         };
         merge_map(&mut acc, map, "", layer, &mut owners)?;
     }
-    serde_json::from_value(Value::Object(acc))
-        .map_err(|e| Error::invalid_spec("cloud-config", format!("merged document: {e}")))
+    let mut merged: CloudConfig = serde_json::from_value(Value::Object(acc)).map_err(|_| {
+        // serde_json's message may quote a value: name only where it went wrong.
+        Error::invalid_spec("cloud-config", "the merged document does not read back")
+    })?;
+    // The JSON round trip makes every content plain text: a file that was secret in its
+    // layer stays secret (Debug redacted) in the merged document.
+    for file in &mut merged.write_files {
+        let was_secret = secret_files
+            .iter()
+            .any(|s| s.path == file.path && s.content == file.content);
+        if was_secret && !file.content.is_secret() {
+            let text = String::from_utf8_lossy(file.content.bytes()).into_owned();
+            file.content = Content::Secret(Secret::new(text));
+        }
+    }
+    Ok(merged)
 }
 
 fn merge_map(

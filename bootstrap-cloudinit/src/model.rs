@@ -486,19 +486,19 @@ impl<'de> Deserialize<'de> for WriteFile {
         let r = WriteFileRepr::deserialize(d)?;
         let content = match r.encoding.as_deref() {
             None | Some("text/plain") => Content::Text(r.content.into_owned()),
-            Some("b64" | "base64") => Content::Bytes(
-                base64::engine::general_purpose::STANDARD
+            Some("b64" | "base64") => {
+                let bytes = base64::engine::general_purpose::STANDARD
                     .decode(r.content.trim())
-                    .map_err(|e| D::Error::custom(format!("content is not base64: {e}")))?,
-            ),
+                    .map_err(|e| D::Error::custom(format!("content is not base64: {e}")))?;
+                // Base64 text is already in memory and decodes smaller; only counted.
+                charge_decoded(bytes.len()).map_err(D::Error::custom)?;
+                Content::Bytes(bytes)
+            }
             Some("gz+b64" | "gzip+base64" | "gz+base64" | "gzip+b64") => {
                 let gz = base64::engine::general_purpose::STANDARD
                     .decode(r.content.trim())
                     .map_err(|e| D::Error::custom(format!("content is not base64: {e}")))?;
-                let mut out = Vec::new();
-                std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out)
-                    .map_err(|e| D::Error::custom(format!("content is not gzip: {e}")))?;
-                Content::Bytes(out)
+                Content::Bytes(gunzip_bounded(&gz).map_err(D::Error::custom)?)
             }
             Some(other) => {
                 return Err(D::Error::custom(format!(
@@ -515,6 +515,73 @@ impl<'de> Deserialize<'de> for WriteFile {
             defer: r.defer,
         })
     }
+}
+
+/// The most bytes the encoded (`b64`, `gz+b64`) `write_files` contents of one document
+/// may decode to, all files together: gzip expands up to about 1000 times, so a
+/// 270 KB document could otherwise ask for 200 MiB. [`crate::parse`] charges every
+/// decoded byte against it and stops decompressing at the limit, never holding more.
+pub const MAX_DECODED_CONTENT: usize = 64 << 20;
+
+thread_local! {
+    /// Bytes the document being read may still decode; `None` outside
+    /// [`with_decode_budget`], where each file alone is held to the limit.
+    static DECODE_BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (which reads one document) with a fresh budget of
+/// [`MAX_DECODED_CONTENT`] decoded bytes shared by all its files. Serde gives
+/// `Deserialize` no context, so the budget is per thread, restored even on a panic.
+pub(crate) fn with_decode_budget<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DECODE_BUDGET.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(DECODE_BUDGET.with(|b| b.replace(Some(MAX_DECODED_CONTENT))));
+    f()
+}
+
+fn decode_budget() -> usize {
+    DECODE_BUDGET
+        .with(|b| b.get())
+        .unwrap_or(MAX_DECODED_CONTENT)
+}
+
+fn too_large() -> String {
+    format!(
+        "content decodes to more than {} MiB, the limit for all encoded write_files contents of one document together",
+        MAX_DECODED_CONTENT >> 20
+    )
+}
+
+fn charge_decoded(n: usize) -> Result<(), String> {
+    let left = decode_budget();
+    if n > left {
+        return Err(too_large());
+    }
+    DECODE_BUDGET.with(|b| {
+        if let Some(v) = b.get() {
+            b.set(Some(v - n));
+        }
+    });
+    Ok(())
+}
+
+/// Decompresses at most the remaining budget plus one byte, so an oversized content
+/// is refused after reading only that much.
+fn gunzip_bounded(gz: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let left = decode_budget();
+    let mut out = Vec::new();
+    // Every gzip member, as cloud-init's Python reads them.
+    flate2::read::MultiGzDecoder::new(gz)
+        .take(left as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("content is not gzip: {e}"))?;
+    charge_decoded(out.len())?;
+    Ok(out)
 }
 
 /// `ssh_keys`: host keys cloud-init installs instead of generating its own.

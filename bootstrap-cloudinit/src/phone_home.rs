@@ -20,7 +20,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::model::{PhoneHome, PhoneHomePost};
 
-/// The largest request accepted (cloud-init posts a few public keys: a few KiB).
+/// The largest request accepted, head and body (cloud-init posts a few public keys: a
+/// few KiB); a larger announced `Content-Length` is answered 413 before reading the body.
 const MAX_REQUEST: usize = 64 * 1024;
 
 /// How long one request may take to arrive.
@@ -173,12 +174,11 @@ async fn serve(mut stream: TcpStream, reports: &Reports) -> std::io::Result<()> 
             Ok(httparse::Status::Partial) => continue,
             Err(_) => break ("400 Bad Request", None),
         };
-        let len: usize = req
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-            .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
-            .unwrap_or(0);
+        let len = match content_length(req.headers) {
+            Ok(len) if len <= MAX_REQUEST - head_len.min(MAX_REQUEST) => len,
+            Ok(_) => break ("413 Content Too Large", None),
+            Err(status) => break (status, None),
+        };
         if buf.len() < head_len + len {
             continue;
         }
@@ -218,6 +218,36 @@ async fn serve(mut stream: TcpStream, reports: &Reports) -> std::io::Result<()> 
     let response = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// The body length a request announces, read strictly (RFC 9110 8.6): digits only, and
+/// several `Content-Length` headers must agree. A number too large for `usize` is
+/// `usize::MAX`, so the caller refuses it as too large rather than overflowing.
+fn content_length(headers: &[httparse::Header<'_>]) -> std::result::Result<usize, &'static str> {
+    let mut found: Option<usize> = None;
+    for h in headers {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            // cloud-init sends a length; chunked bodies are not read here.
+            return Err("411 Length Required");
+        }
+        if !h.name.eq_ignore_ascii_case("content-length") {
+            continue;
+        }
+        let v = h.value.trim_ascii();
+        if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+            return Err("400 Bad Request");
+        }
+        // Digits only, so the text is ASCII and the one failure left is overflow.
+        let n = std::str::from_utf8(v)
+            .ok()
+            .and_then(|t| t.parse::<usize>().ok())
+            .unwrap_or(usize::MAX);
+        if found.is_some_and(|f| f != n) {
+            return Err("400 Bad Request");
+        }
+        found = Some(n);
+    }
+    Ok(found.unwrap_or(0))
 }
 
 /// Completion by phone home, true to every part: its user-data part is a

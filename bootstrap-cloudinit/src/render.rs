@@ -33,21 +33,26 @@ pub(crate) fn render_unchecked(config: &CloudConfig) -> Result<String> {
 
 /// Reads a `#cloud-config` document into the typed model, refusing any top-level key the
 /// model does not cover unless it is in `allowed_extra` (those land in
-/// [`CloudConfig::extra`]). Errors name the key, line and column. The document is then
-/// validated like a rendered one.
+/// [`CloudConfig::extra`]). Errors name the field path, line and column and never quote
+/// the document (a line next to a mistake may hold a password hash or a private key);
+/// a value of the wrong form in a secret field is not shown either. Encoded
+/// `write_files` contents are decoded within [`crate::MAX_DECODED_CONTENT`] for the
+/// whole document. The document is then validated like a rendered one.
 pub fn parse(yaml: &str, allowed_extra: &[&str]) -> Result<CloudConfig> {
     let first = yaml.lines().next().unwrap_or_default();
     if first.trim_end() != HEADER.trim_end() {
+        // The line itself is not quoted: a wrong document may begin with anything.
         return Err(Error::invalid_spec(
             "cloud-config",
-            format!("line 1: a cloud-config must begin with \"#cloud-config\", not {first:?}"),
+            "line 1: a cloud-config must begin with \"#cloud-config\"",
         ));
     }
     let config: CloudConfig = if yaml[first.len()..].trim().is_empty() {
         CloudConfig::default()
     } else {
-        serde_saphyr::from_str(yaml)
-            .map_err(|e| Error::invalid_spec("cloud-config", e.to_string()))?
+        crate::model::with_decode_budget(|| {
+            machine_core::from_yaml_redacting(yaml, is_secret_field)
+        })?
     };
     for key in config.extra.keys() {
         if !allowed_extra.contains(&key.as_str()) {
@@ -70,4 +75,12 @@ pub fn parse(yaml: &str, allowed_extra: &[&str]) -> Result<CloudConfig> {
     }
     validate_with(&config, &[])?;
     Ok(config)
+}
+
+/// Field paths whose values are secret: password hashes, private host keys and file
+/// contents (which may be a token or a key; the model cannot tell which are).
+pub(crate) fn is_secret_field(path: &str) -> bool {
+    path.ends_with("hashed_passwd")
+        || path.ends_with("_private")
+        || (path.starts_with("write_files") && path.ends_with(".content"))
 }

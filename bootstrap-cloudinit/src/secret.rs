@@ -56,6 +56,38 @@ impl<'de> Deserialize<'de> for Secret {
     }
 }
 
+/// What Debug shows of text that may hold secrets: its size and a short SHA-256, enough
+/// to tell two documents apart, nothing of the content.
+pub(crate) fn summary(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(bytes);
+    let short: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{} B, sha256 {short}", bytes.len())
+}
+
+/// `error` with every occurrence of a secret value in its message and field replaced by
+/// `[secret NAME]`: for errors from code that may quote what it read (a template
+/// engine's message, a YAML reader's type error). Kind and field are kept.
+pub(crate) fn scrub<'a>(
+    error: machine_core::Error,
+    secrets: impl IntoIterator<Item = (&'a str, &'a Secret)> + Clone,
+) -> machine_core::Error {
+    let clean = |text: &str| {
+        let mut text = text.to_owned();
+        for (name, value) in secrets.clone() {
+            if !value.expose().is_empty() {
+                text = text.replace(value.expose(), &format!("[secret {name}]"));
+            }
+        }
+        text
+    };
+    let mut out = machine_core::Error::new(error.kind(), clean(error.message()));
+    if let Some(field) = error.field() {
+        out = out.with_field(clean(field));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,10 +2,15 @@
 //!
 //! Jinja because cloud-init's own templates are Jinja, so users bring what they have.
 //! Undefined variables are errors naming the variable and the line. In templates whose
-//! name ends in `.yaml` or `.yml`, every `{{ value }}` is written as a JSON scalar
-//! (JSON is YAML), with characters YAML readers refuse escaped, so no value can change
-//! the document's structure; `| safe` opts out. Filters: `shell_quote` (POSIX shell
-//! quoting), `b64encode`, `b64decode`, `tojson`.
+//! name ends in `.yaml`, `.yml` or `.json`, no value can change the document's
+//! structure, wherever the `{{ value }}` stands: the whole of a scalar, part of one
+//! (`curl-{{ v }}`, `"a {{ v }}"`), inside a block scalar, a key or a comment. Every
+//! scalar holding a value is written as one JSON string (JSON is YAML) with characters
+//! YAML readers refuse escaped; a value that is a whole plain scalar and not a string
+//! is written as JSON, keeping its type. A value in an anchor, tag or alias position is
+//! refused, and the output is parsed again and must have the template's own structure
+//! (see `yaml_fill`). `| safe` and `tojson` write their text as it is: an opt-out.
+//! Filters: `shell_quote` (POSIX shell quoting), `b64encode`, `b64decode`, `tojson`.
 
 use base64::Engine;
 use machine_core::{Error, Result};
@@ -14,8 +19,12 @@ use minijinja::{AutoEscape, Environment, ErrorKind as JinjaKind, UndefinedBehavi
 use serde::Serialize;
 
 use crate::layer::CloudConfigLayer;
-use crate::model::CloudConfig;
+use std::collections::BTreeMap;
+
+use crate::model::{CloudConfig, Content, UserEntry};
 use crate::render::parse;
+use crate::secret::{Secret, scrub};
+use crate::yaml_fill::{self, yaml_safe_json};
 
 /// A set of named templates.
 ///
@@ -57,7 +66,7 @@ impl Templates {
             env.set_syntax(syntax);
         }
         env.set_auto_escape_callback(|name| {
-            if name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json") {
+            if is_yaml(name) {
                 AutoEscape::Json
             } else {
                 AutoEscape::None
@@ -65,10 +74,18 @@ impl Templates {
         });
         env.set_formatter(|out, state, value| {
             if matches!(state.auto_escape(), AutoEscape::Json) && !value.is_safe() {
-                let json = serde_json::to_string(value).map_err(|e| {
+                let json = serde_json::to_value(value).map_err(|e| {
                     minijinja::Error::new(JinjaKind::BadSerialization, e.to_string())
                 })?;
-                out.write_str(&yaml_safe_json(&json))
+                // In a YAML render the value goes in later, by yaml_fill; here only
+                // its placeholder.
+                let text = match yaml_fill::record(json) {
+                    Some(token) => token,
+                    None => yaml_safe_json(&serde_json::to_string(value).map_err(|e| {
+                        minijinja::Error::new(JinjaKind::BadSerialization, e.to_string())
+                    })?),
+                };
+                out.write_str(&text)
                     .map_err(|e| minijinja::Error::new(JinjaKind::WriteFailure, e.to_string()))
             } else {
                 minijinja::escape_formatter(out, state, value)
@@ -129,7 +146,8 @@ impl Templates {
             .get_template(name)
             .map_err(|e| Error::invalid_spec(format!("template {name}"), e.to_string()))?;
         let ctx = Value::from(minijinja::value::Serde(context));
-        tmpl.render(&ctx).map_err(|e| {
+        let (rendered, slots) = yaml_fill::recording(|| tmpl.render(&ctx));
+        let text = rendered.map_err(|e| {
             let missing: Vec<String> = {
                 let mut v: Vec<String> = tmpl
                     .undeclared_variables(true)
@@ -140,7 +158,45 @@ impl Templates {
                 v
             };
             template_error(name, tmpl.source(), &e, &missing)
+        })?;
+        if !is_yaml(name) {
+            return Ok(text);
+        }
+        yaml_fill::fill(&text, &slots).map_err(|m| {
+            Error::invalid_spec(format!("template {name}"), format!("rendered output {m}"))
         })
+    }
+
+    /// Renders template `name` with `context` and the secret variables `secrets`; the
+    /// output holds their values, so it comes back as a [`Secret`]. Errors never show
+    /// them (see [`SecretVars`]).
+    pub fn render_with_secrets(
+        &self,
+        name: &str,
+        context: &impl Serialize,
+        secrets: &SecretVars,
+    ) -> Result<Secret> {
+        let ctx = secrets.context(context)?;
+        self.render(name, &ctx)
+            .map(Secret::new)
+            .map_err(|e| scrub(e, secrets.iter()))
+    }
+
+    /// [`Templates::render_cloud_config`] with secret variables, which may only land in
+    /// secret fields (see [`SecretVars`]).
+    pub fn render_cloud_config_with_secrets(
+        &self,
+        name: &str,
+        context: &impl Serialize,
+        secrets: &SecretVars,
+        allowed_extra: &[&str],
+    ) -> Result<CloudConfig> {
+        let ctx = secrets.context(context)?;
+        let mut config = self
+            .render_cloud_config(name, &ctx, allowed_extra)
+            .map_err(|e| scrub(e, secrets.iter()))?;
+        secrets.confine(name, &mut config)?;
+        Ok(config)
     }
 
     /// Renders template `name` as a cloud-config and reads it into the typed model,
@@ -156,6 +212,156 @@ impl Templates {
         // rendered here, it is a plain cloud-config.
         let text = text.strip_prefix("## template: jinja\n").unwrap_or(&text);
         parse(text, allowed_extra).map_err(|e| e.context(format_args!("template {name}")))
+    }
+}
+
+/// Template variables whose values are secret (a password hash, a token, a private
+/// key), given beside the ordinary context.
+///
+/// Their values reach the rendered document and nothing else: errors show
+/// `[secret NAME]` in their place, Debug shows only the names, and this crate logs
+/// neither. In a cloud-config they may only land in secret fields
+/// (`users[].hashed_passwd`, `ssh_keys.*_private`, `write_files[].content`, which then
+/// becomes [`crate::Content::Secret`]); anywhere else the render is refused, naming the
+/// variable and the field, because the typed model would show them.
+///
+/// ```
+/// use bootstrap_cloudinit::{Secret, SecretVars, Templates};
+/// let mut t = Templates::new();
+/// t.add("u.yaml", "#cloud-config\nusers:\n  - name: ops\n    hashed_passwd: {{ hash }}\n")?;
+/// let secrets = SecretVars::new().with("hash", Secret::new("$6$salt$h"));
+/// let c = t.render_cloud_config_with_secrets("u.yaml", &serde_json::json!({}), &secrets, &[])?;
+/// assert!(!format!("{c:?}").contains("$6$salt$h"));
+/// # Ok::<(), machine_core::Error>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct SecretVars {
+    vars: BTreeMap<String, Secret>,
+}
+
+impl std::fmt::Debug for SecretVars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretVars")
+            .field("names", &self.vars.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl SecretVars {
+    /// No secret variables.
+    pub fn new() -> Self {
+        SecretVars::default()
+    }
+
+    /// Adds variable `name` with a secret `value`.
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<Secret>) -> Self {
+        self.vars.insert(name.into(), value.into());
+        self
+    }
+
+    /// The variables' names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.vars.keys().map(String::as_str)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &Secret)> + Clone {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// `context` as a map with the secret variables added; a name in both is refused.
+    fn context(&self, context: &impl Serialize) -> Result<serde_json::Value> {
+        let mut value = serde_json::to_value(context).map_err(|e| {
+            scrub(
+                Error::invalid_spec("template context", e.to_string()),
+                self.iter(),
+            )
+        })?;
+        if self.vars.is_empty() {
+            return Ok(value);
+        }
+        if value.is_null() {
+            value = serde_json::Value::Object(Default::default());
+        }
+        let Some(map) = value.as_object_mut() else {
+            return Err(Error::invalid_spec(
+                "template context",
+                "must be a map to add secret variables to",
+            ));
+        };
+        for (name, secret) in &self.vars {
+            if map.contains_key(name) {
+                return Err(Error::invalid_spec(
+                    format!("template context.{name}"),
+                    "is given both as a value and as a secret variable",
+                ));
+            }
+            map.insert(name.clone(), secret.expose().into());
+        }
+        Ok(value)
+    }
+
+    /// Marks as secret every file content holding a secret value, then refuses the
+    /// config if a secret value is left anywhere but a secret field.
+    fn confine(&self, template: &str, config: &mut CloudConfig) -> Result<()> {
+        let holds_secret = |text: &str| {
+            self.iter()
+                .find(|(_, v)| !v.expose().is_empty() && text.contains(v.expose()))
+                .map(|(n, _)| n.to_owned())
+        };
+        for file in &mut config.write_files {
+            let text = String::from_utf8_lossy(file.content.bytes()).into_owned();
+            if !file.content.is_secret() && holds_secret(&text).is_some() {
+                file.content = Content::Secret(Secret::new(text));
+            }
+        }
+        let mut public = config.clone();
+        for entry in &mut public.users {
+            if let UserEntry::User(u) = entry {
+                u.hashed_passwd = None;
+            }
+        }
+        if let Some(keys) = &mut public.ssh_keys {
+            keys.ed25519_private = None;
+            keys.ecdsa_private = None;
+            keys.rsa_private = None;
+        }
+        public.write_files.retain(|f| !f.content.is_secret());
+        let value = serde_json::to_value(&public).unwrap_or_default();
+        if let Some((path, name)) = find_in(&value, String::new(), &holds_secret) {
+            return Err(Error::invalid_spec(
+                format!("template {template}"),
+                format!(
+                    "secret variable {name} lands in {path}, which is not a secret field; secret values may only fill users[].hashed_passwd, ssh_keys.*_private and write_files[].content"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The path of the first string or key in `value` for which `hit` names a variable.
+fn find_in(
+    value: &serde_json::Value,
+    path: String,
+    hit: &dyn Fn(&str) -> Option<String>,
+) -> Option<(String, String)> {
+    match value {
+        serde_json::Value::String(s) => hit(s).map(|n| (path, n)),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| find_in(v, format!("{path}[{i}]"), hit)),
+        serde_json::Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let p = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            hit(k)
+                .map(|n| (p.clone(), n))
+                .or_else(|| find_in(v, p, hit))
+        }),
+        _ => None,
     }
 }
 
@@ -175,6 +381,28 @@ impl CloudConfigLayer {
         let config = t.render_cloud_config(&tname, context, allowed_extra)?;
         CloudConfigLayer::new(name, config)
     }
+
+    /// [`CloudConfigLayer::from_template`] with secret variables (see [`SecretVars`]).
+    pub fn from_template_with_secrets(
+        name: impl Into<String>,
+        source: &str,
+        context: &impl Serialize,
+        secrets: &SecretVars,
+        allowed_extra: &[&str],
+    ) -> Result<Self> {
+        let name = name.into();
+        let mut t = Templates::new();
+        let tname = format!("{name}.yaml");
+        t.add(tname.clone(), source)?;
+        let config = t.render_cloud_config_with_secrets(&tname, context, secrets, allowed_extra)?;
+        CloudConfigLayer::new(name, config).map_err(|e| scrub(e, secrets.iter()))
+    }
+}
+
+/// Templates whose output is YAML (JSON is YAML): their values are placed by
+/// [`yaml_fill`].
+fn is_yaml(name: &str) -> bool {
+    name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json")
 }
 
 fn is_defined(ctx: &Value, path: &str) -> bool {
@@ -186,24 +414,6 @@ fn is_defined(ctx: &Value, path: &str) -> bool {
         }
     }
     true
-}
-
-/// JSON text with the characters a YAML 1.1 reader (PyYAML) refuses or folds (C1
-/// controls, NEL, LS/PS, BOM, U+FFFE/U+FFFF) escaped; JSON only escapes C0 controls.
-fn yaml_safe_json(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        let bad = matches!(
-            c,
-            '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
-        );
-        if bad {
-            out.push_str(&format!("\\u{:04x}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 fn template_error(name: &str, source: &str, e: &minijinja::Error, missing: &[String]) -> Error {

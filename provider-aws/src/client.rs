@@ -73,8 +73,11 @@ impl Ec2 {
             ));
         }
         let sdk_config = loader.load().await;
+        let ec2_config = aws_sdk_ec2::config::Builder::from(&sdk_config)
+            .interceptor(crate::redact::RedactBodies)
+            .build();
         Ok(Ec2 {
-            sdk: aws_sdk_ec2::Client::new(&sdk_config),
+            sdk: aws_sdk_ec2::Client::from_conf(ec2_config),
         })
     }
 
@@ -224,13 +227,20 @@ impl Ec2 {
     }
 
     /// The instance's user data bytes as EC2 keeps them; `None` when it has none.
+    ///
+    /// At TRACE the SDK logs every deserialized answer with its Debug, and this one is
+    /// the user data (password hashes, private keys): the call runs with no tracing
+    /// subscriber, so the SDK's own lines for it are dropped at every level (see
+    /// src/redact.rs); its outcome is still logged by the caller.
     pub(crate) async fn user_data(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        use tracing::instrument::WithSubscriber;
         let out = self
             .sdk
             .describe_instance_attribute()
             .instance_id(id)
             .attribute(InstanceAttributeName::UserData)
             .send()
+            .with_subscriber(tracing::subscriber::NoSubscriber::default())
             .await
             .map_err(|e| from_sdk("DescribeInstanceAttribute", e))?;
         let Some(b64) = out

@@ -99,6 +99,7 @@ pub mod settings;
 pub mod tags;
 
 mod client;
+mod redact;
 
 pub use config::{AwsConfig, AwsConfigBuilder, CredentialSource, DEFAULT_INSTANCE_TYPE};
 pub use provider::{AwsProvider, USER_DATA_LIMIT};
