@@ -62,7 +62,7 @@ pub use composer::{
     Action, Composer, ComposerBuilder, ComposerSettings, Deadlines, FailurePolicy, FleetResult,
     Layer, Provisioned, Reconciled,
 };
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, MAX_SHOWN_VALUE_CHARS, Result, Shown, shown, shown_key};
 pub use machine::{
     Access, Address, AddressKind, Condition, Failure, Labels, Machine, NodeRef, Phase, ProviderId,
     SshEndpoint,
@@ -75,8 +75,8 @@ pub use software::{
     CAPI_SENTINEL, Completion, CompletionCheck, Mode, SentinelFile, SoftwareProvisioner,
 };
 pub use spec::{
-    FleetSpec, MachineSpec, SshAccess, check_ssh_public_key, check_unique_names, from_yaml,
-    from_yaml_redacting,
+    FleetSpec, MAX_DOCUMENT_BYTES, MAX_SSH_PUBLIC_KEY_LEN, MAX_YAML_NODES, MachineSpec, SshAccess,
+    check_ssh_public_key, check_unique_names, from_json, from_yaml, from_yaml_redacting,
 };
 pub use transport::{
     Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, RemoteShell, Transport,
