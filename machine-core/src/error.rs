@@ -163,6 +163,12 @@ impl Error {
         self
     }
 
+    /// Appends `suffix` to the message (a location such as ` (line 3, column 5)`).
+    pub(crate) fn with_message_suffix(mut self, suffix: &str) -> Self {
+        self.message.push_str(suffix);
+        self
+    }
+
     /// The kind of the error.
     pub fn kind(&self) -> ErrorKind {
         self.kind

@@ -45,6 +45,7 @@ mod composer;
 pub mod conformance;
 pub mod decorators;
 mod error;
+mod locate;
 mod machine;
 mod name;
 mod observe;
@@ -63,6 +64,7 @@ pub use composer::{
     Layer, Provisioned, Reconciled,
 };
 pub use error::{Error, ErrorKind, MAX_SHOWN_VALUE_CHARS, Result, Shown, shown, shown_key};
+pub use locate::at_document_line;
 pub use machine::{
     Access, Address, AddressKind, Condition, Failure, Labels, Machine, NodeRef, Phase, ProviderId,
     SshEndpoint,

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, shorten_quoted, shown, shown_key};
+use crate::locate::at_document_line;
 use crate::machine::Labels;
 use crate::name::MachineName;
 
@@ -108,7 +109,7 @@ impl MachineSpec {
     /// Reads one spec from YAML and validates it; errors name the field, line and column.
     pub fn from_yaml(yaml: &str) -> Result<Self> {
         let spec: MachineSpec = from_yaml(yaml)?;
-        spec.validate()?;
+        spec.validate().map_err(|e| at_document_line(e, yaml))?;
         Ok(spec)
     }
 
@@ -117,7 +118,7 @@ impl MachineSpec {
     /// alone does not run [`MachineSpec::validate`].
     pub fn from_json(json: &str) -> Result<Self> {
         let spec: MachineSpec = from_json(json)?;
-        spec.validate()?;
+        spec.validate().map_err(|e| at_document_line(e, json))?;
         Ok(spec)
     }
 
@@ -234,14 +235,14 @@ impl FleetSpec {
     /// Reads a fleet from YAML and validates it; errors name the field, line and column.
     pub fn from_yaml(yaml: &str) -> Result<Self> {
         let fleet: FleetSpec = from_yaml(yaml)?;
-        fleet.validate()?;
+        fleet.validate().map_err(|e| at_document_line(e, yaml))?;
         Ok(fleet)
     }
 
     /// Reads a fleet from JSON and validates it, as [`FleetSpec::from_yaml`] does.
     pub fn from_json(json: &str) -> Result<Self> {
         let fleet: FleetSpec = from_json(json)?;
-        fleet.validate()?;
+        fleet.validate().map_err(|e| at_document_line(e, json))?;
         Ok(fleet)
     }
 
@@ -751,6 +752,19 @@ machines:
         let e = from_yaml_within::<FleetSpec>(&fleet_of(200), |_| false, &limits).unwrap_err();
         assert!(e.message().starts_with("the document is too large"), "{e}");
         assert_eq!(e.field(), None, "{e}");
+    }
+
+    #[test]
+    fn errors_found_by_validate_give_the_line() {
+        let e =
+            FleetSpec::from_yaml("machines:\n  - name: a\n  - name: b\n    labels: {k: \"a b\"}\n")
+                .unwrap_err();
+        assert_eq!(e.field(), Some("machines[1].labels.k"));
+        assert!(e.message().contains("(line 4, column 17)"), "{e}");
+        let e = MachineSpec::from_json("{\"name\": \"a\",\n \"ssh\": {\"user\": \"a b\"}}")
+            .unwrap_err();
+        assert_eq!(e.field(), Some("ssh.user"));
+        assert!(e.message().contains("(line 2,"), "{e}");
     }
 
     #[test]
