@@ -77,8 +77,9 @@ pub use software::{
     CAPI_SENTINEL, Completion, CompletionCheck, Mode, SentinelFile, SoftwareProvisioner,
 };
 pub use spec::{
-    FleetSpec, MAX_DOCUMENT_BYTES, MAX_SSH_PUBLIC_KEY_LEN, MAX_YAML_NODES, MachineSpec, SshAccess,
-    check_ssh_public_key, check_unique_names, from_json, from_yaml, from_yaml_redacting,
+    FleetSpec, MAX_DOCUMENT_BYTES, MAX_SSH_PUBLIC_KEY_LEN, MAX_TIMEOUT, MAX_YAML_NODES,
+    MachineSpec, SshAccess, check_duration, check_ssh_public_key, check_unique_names, from_json,
+    from_json_redacting, from_yaml, from_yaml_redacting,
 };
 pub use transport::{
     Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, RemoteShell, Transport,

@@ -1,6 +1,7 @@
 //! What a caller asks for: a machine spec, and a fleet of them, readable from YAML or JSON.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -221,6 +222,41 @@ pub fn check_ssh_public_key(field: &str, key: &str) -> Result<()> {
         )),
         None => bad("the key blob does not start with its key type".to_owned()),
     }
+}
+
+/// The longest timeout, deadline or interval a caller may write anywhere (a spec, an
+/// inventory, a provider's config): one day. Longer values are refused where they are read
+/// (`18446744073709551615s` would overflow the clock when added to now and panic in
+/// tokio or the AWS SDK).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Checks that the duration at `field` is above zero and at most `max` (usually
+/// [`MAX_TIMEOUT`]); the error names `field` and both bounds.
+///
+/// ```
+/// use std::time::Duration;
+/// use machine_core::{MAX_TIMEOUT, check_duration};
+///
+/// check_duration("probeTimeout", Duration::from_secs(10), MAX_TIMEOUT).unwrap();
+/// let e = check_duration("probeTimeout", Duration::MAX, MAX_TIMEOUT).unwrap_err();
+/// assert_eq!(e.field(), Some("probeTimeout"));
+/// assert!(e.to_string().contains("at most 1day"), "{e}");
+/// ```
+pub fn check_duration(field: &str, value: Duration, max: Duration) -> Result<()> {
+    if value.is_zero() {
+        return Err(Error::invalid_spec(field, "must be greater than zero"));
+    }
+    if value > max {
+        return Err(Error::invalid_spec(
+            field,
+            format!(
+                "{} is too long: at most {} is allowed",
+                humantime::format_duration(value),
+                humantime::format_duration(max)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A set of machines to provision together.
