@@ -64,7 +64,7 @@ pub use composer::{
     Layer, Provisioned, Reconciled,
 };
 pub use error::{Error, ErrorKind, MAX_SHOWN_VALUE_CHARS, Result, Shown, shown, shown_key};
-pub use locate::at_document_line;
+pub use locate::{at_document_line, field_in_document};
 pub use machine::{
     Access, Address, AddressKind, Condition, Failure, Labels, Machine, NodeRef, Phase, ProviderId,
     SshEndpoint,
@@ -77,9 +77,9 @@ pub use software::{
     CAPI_SENTINEL, Completion, CompletionCheck, Mode, SentinelFile, SoftwareProvisioner,
 };
 pub use spec::{
-    FleetSpec, MAX_DOCUMENT_BYTES, MAX_SSH_PUBLIC_KEY_LEN, MAX_TIMEOUT, MAX_YAML_NODES,
-    MachineSpec, SshAccess, check_duration, check_ssh_public_key, check_unique_names, from_json,
-    from_json_redacting, from_yaml, from_yaml_redacting,
+    FleetSpec, MAX_DOCUMENT_BYTES, MAX_SSH_PUBLIC_KEY_LEN, MAX_TIMEOUT, MAX_YAML_ALIAS_EVENTS,
+    MAX_YAML_NODES, MachineSpec, SshAccess, check_duration, check_ssh_public_key,
+    check_unique_names, from_json, from_json_redacting, from_yaml, from_yaml_redacting,
 };
 pub use transport::{
     Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, RemoteShell, Transport,

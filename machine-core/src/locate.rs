@@ -29,7 +29,7 @@ pub fn at_document_line(error: Error, document: &str) -> Error {
     let Some(field) = error.field() else {
         return error;
     };
-    if error.message().contains("line ") {
+    if gives_a_line(error.message()) {
         return error;
     }
     match locate(document, field) {
@@ -41,21 +41,50 @@ pub fn at_document_line(error: Error, document: &str) -> Error {
     }
 }
 
+/// Whether `message` already says where (`line 3`), as the readers' messages do.
+fn gives_a_line(message: &str) -> bool {
+    message
+        .match_indices("line ")
+        .any(|(at, _)| message[at + 5..].starts_with(|c: char| c.is_ascii_digit()))
+}
+
+/// Whether `document` (YAML or JSON) holds a value at `field` itself, not only an
+/// enclosing one: a reader that defers checks (a builder) uses it to refuse, with the
+/// line, a bad value the document wrote.
+///
+/// ```
+/// let doc = "region: us-east-1\ndefaults: {subnetId: x}\n";
+/// assert!(machine_core::field_in_document(doc, "defaults.subnetId"));
+/// assert!(!machine_core::field_in_document(doc, "owner"));
+/// ```
+pub fn field_in_document(document: &str, field: &str) -> bool {
+    let Ok(root) = crate::spec::from_yaml_within::<Spanned<Node>>(
+        document,
+        |_| false,
+        &crate::spec::DocumentLimits::DEFAULT,
+    ) else {
+        return false;
+    };
+    let (_, rest) = walk_to(&root, field);
+    rest.trim_start_matches('.').is_empty()
+}
+
 /// The line and column of the value at `field` (`hosts[1].address`, `labels.team`) in
 /// `document`, or of the deepest enclosing value the document holds.
 fn locate(document: &str, field: &str) -> Option<(u64, u64)> {
     let root: Spanned<Node> =
         crate::spec::from_yaml_within(document, |_| false, &crate::spec::DocumentLimits::DEFAULT)
             .ok()?;
-    let found = walk(&root, field);
+    let (found, _) = walk_to(&root, field);
     let at = found.referenced;
     (at.line() > 0).then(|| (at.line(), at.column()))
 }
 
-fn walk<'a>(node: &'a Spanned<Node>, path: &str) -> &'a Spanned<Node> {
+/// The deepest value on `path` the document holds, and what is left of the path below it.
+fn walk_to<'a, 'p>(node: &'a Spanned<Node>, path: &'p str) -> (&'a Spanned<Node>, &'p str) {
     let path = path.strip_prefix('.').unwrap_or(path);
     if path.is_empty() {
-        return node;
+        return (node, path);
     }
     match &node.value {
         Node::Seq(items) => {
@@ -64,9 +93,11 @@ fn walk<'a>(node: &'a Spanned<Node>, path: &str) -> &'a Spanned<Node> {
                 .and_then(|p| p.split_once(']'))
                 .and_then(|(i, rest)| Some((i.parse::<usize>().ok()?, rest)))
             else {
-                return node;
+                return (node, path);
             };
-            items.get(index).map_or(node, |item| walk(item, rest))
+            items
+                .get(index)
+                .map_or((node, path), |item| walk_to(item, rest))
         }
         Node::Map(entries) => {
             // The longest key that the path continues from: keys may hold dots.
@@ -78,11 +109,11 @@ fn walk<'a>(node: &'a Spanned<Node>, path: &str) -> &'a Spanned<Node> {
                 })
                 .max_by_key(|(key, _)| key.len());
             match child {
-                Some((key, value)) => walk(value, &path[key.len()..]),
-                None => node,
+                Some((key, value)) => walk_to(value, &path[key.len()..]),
+                None => (node, path),
             }
         }
-        Node::Leaf => node,
+        Node::Leaf => (node, path),
     }
 }
 
@@ -232,6 +263,16 @@ hosts:
     fn json_documents_are_located_too() {
         let json = "{\n  \"name\": \"a\",\n  \"labels\": {\n    \"k\": \"a b\"\n  }\n}";
         assert_eq!(locate(json, "labels.k").map(|l| l.0), Some(4));
+    }
+
+    #[test]
+    fn a_message_mentioning_a_key_line_still_gains_the_line() {
+        let e = Error::invalid_spec(
+            "hosts[1].address",
+            "not one OpenSSH public key line (\"ssh-ed25519 ...\")",
+        );
+        let e = at_document_line(e, DOC);
+        assert!(e.message().ends_with("(line 6, column 14)"), "{e}");
     }
 
     #[test]

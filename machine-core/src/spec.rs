@@ -362,6 +362,11 @@ pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024 * 1024;
 /// hostile document can cost; aliases are bounded by serde-saphyr's own limits.
 pub const MAX_YAML_NODES: usize = 5_000_000;
 
+/// The most YAML events that aliases (`*name`) may replay in one document read by
+/// [`from_yaml`]: 50,000. Enough to share settings among machines with anchors; it keeps
+/// "billion laughs" documents (aliases of aliases) to a fraction of a second.
+pub const MAX_YAML_ALIAS_EVENTS: usize = 50_000;
+
 /// The limits a document reader applies; [`DocumentLimits::DEFAULT`] is the documented one,
 /// smaller ones let tests reach a limit without a huge input.
 pub(crate) struct DocumentLimits {
@@ -401,6 +406,10 @@ pub(crate) fn from_yaml_within<T: serde::de::DeserializeOwned>(
             // Every node is one event, every list and map one more for its end.
             max_events: limits.max_nodes.saturating_mul(2).saturating_add(16),
             max_total_scalar_bytes: limits.max_bytes,
+            max_recorded_anchor_events: MAX_YAML_ALIAS_EVENTS,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: MAX_YAML_ALIAS_EVENTS,
         },
     };
     let mut path = None;
@@ -412,10 +421,17 @@ pub(crate) fn from_yaml_within<T: serde::de::DeserializeOwned>(
     });
     result.map_err(|e| {
         let error = e.without_snippet();
-        if let serde_saphyr::Error::Budget { breach, location } = error {
+        // A budget breach met while replaying an alias comes wrapped with the alias's place.
+        let mut inner = error;
+        while let serde_saphyr::Error::AliasError { error, .. }
+        | serde_saphyr::Error::WithSnippet { error, .. } = inner
+        {
+            inner = error;
+        }
+        if let serde_saphyr::Error::Budget { breach, location } = inner {
             // The budget is the document's, whichever value it ran out at: no field.
             let mut message = format!(
-                "the document is too large for the YAML reader's budget ({breach:?}); a document may have at most {} nodes (scalars, lists and maps) and {} bytes",
+                "the document is too large for the YAML reader's budget ({breach:?}); a document may have at most {} nodes (scalars, lists and maps), {} bytes and {MAX_YAML_ALIAS_EVENTS} events replayed by aliases",
                 limits.max_nodes, limits.max_bytes
             );
             if location.line() > 0 {
@@ -485,8 +501,17 @@ pub fn from_json_redacting<T: serde::de::DeserializeOwned>(
         .map_err(|e| (e.path().to_string(), e.into_inner()))
         .and_then(|v| de.end().map(|()| v).map_err(|e| (String::new(), e)));
     result.map_err(|(path, error)| {
-        let field = Some(path).filter(|p| !p.is_empty() && p != "." && p != "?");
+        // Nesting deeper than serde_json's limit is the document's fault, not a field's.
+        let too_deep = error.to_string().starts_with("recursion limit exceeded");
+        let field = Some(path).filter(|p| !too_deep && !p.is_empty() && p != "." && p != "?");
         let mut message = shorten_quoted(&error.to_string());
+        if too_deep {
+            message = format!(
+                "the document is nested too deeply (more than 128 levels) at line {} column {}",
+                error.line(),
+                error.column()
+            );
+        }
         let names_a_key_only = ["unknown field", "missing field", "duplicate field"]
             .iter()
             .any(|start| message.starts_with(start));
@@ -801,6 +826,32 @@ machines:
             .unwrap_err();
         assert_eq!(e.field(), Some("ssh.user"));
         assert!(e.message().contains("(line 2,"), "{e}");
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_as_too_large_and_quickly() {
+        let mut y = String::from("name: a\nprovider:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let p = i - 1;
+            y.push_str(&format!(
+                "  a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        let started = std::time::Instant::now();
+        let e = MachineSpec::from_yaml(&y).unwrap_err();
+        assert_eq!(e.field(), None, "{e}");
+        assert!(e.message().starts_with("the document is too large"), "{e}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        // Anchors used as they are meant to be still read.
+        let fleet = FleetSpec::from_yaml(
+            "machines:\n  - name: a\n    labels: &l {team: web}\n  - name: b\n    labels: *l\n",
+        )
+        .unwrap();
+        assert_eq!(fleet.machines[1].labels["team"], "web");
     }
 
     #[test]

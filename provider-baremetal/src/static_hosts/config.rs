@@ -278,7 +278,9 @@ fn check_claim_dir(dir: &str) -> Result<()> {
     for component in dir[1..].split('/') {
         match component {
             "" => {
-                return bad("is not normalized: it has an empty component ('//' or a trailing '/')");
+                return bad(
+                    "is not normalized: it has an empty component ('//' or a trailing '/')",
+                );
             }
             "." | ".." => return bad("is not normalized: it has a '.' or '..' component"),
             _ => {}
