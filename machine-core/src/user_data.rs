@@ -471,7 +471,7 @@ mod tests {
                 "RFC 5322",
             ),
             (
-                part().with_header(&"X".repeat(77), "v"),
+                part().with_header("X".repeat(77), "v"),
                 "userData.parts[0].headers[0]",
                 "RFC 5322",
             ),
