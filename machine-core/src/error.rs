@@ -163,6 +163,12 @@ impl Error {
         self
     }
 
+    /// Appends `suffix` to the message (a location such as ` (line 3, column 5)`).
+    pub(crate) fn with_message_suffix(mut self, suffix: &str) -> Self {
+        self.message.push_str(suffix);
+        self
+    }
+
     /// The kind of the error.
     pub fn kind(&self) -> ErrorKind {
         self.kind
@@ -211,6 +217,100 @@ impl std::error::Error for Error {
     }
 }
 
+/// The most characters of a caller's value an error message shows; longer values are cut
+/// with an ellipsis and their full length, so a 10 KB value never fills a log line.
+pub const MAX_SHOWN_VALUE_CHARS: usize = 64;
+
+/// A caller's value as error messages show it: quoted and escaped like `{:?}`, cut to
+/// [`MAX_SHOWN_VALUE_CHARS`] characters with `…` and the full length in bytes when longer
+/// (`"aaaa…" (10000 bytes)`). Every message of the library that echoes a value uses it.
+///
+/// ```
+/// use machine_core::shown;
+///
+/// assert_eq!(shown("web-1").to_string(), "\"web-1\"");
+/// let long = shown(&"x".repeat(10_000)).to_string();
+/// assert!(long.len() < 100 && long.ends_with("…\" (10000 bytes)"), "{long}");
+/// ```
+pub fn shown(value: &str) -> Shown<'_> {
+    Shown(value)
+}
+
+/// A value bounded for an error message; see [`shown`].
+#[derive(Clone, Copy)]
+pub struct Shown<'a>(&'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.char_indices().nth(MAX_SHOWN_VALUE_CHARS) {
+            None => write!(f, "{:?}", self.0),
+            Some((cut, _)) => {
+                let quoted = format!("{:?}", &self.0[..cut]);
+                let open = &quoted[..quoted.len() - 1];
+                write!(f, "{open}…\" ({} bytes)", self.0.len())
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A map key as a field path shows it (`labels.<key>`): cut like [`shown`] values, with
+/// `…`, so that a 10 KB key does not make a 10 KB field path.
+pub fn shown_key(key: &str) -> std::borrow::Cow<'_, str> {
+    match key.char_indices().nth(MAX_SHOWN_VALUE_CHARS) {
+        None => key.into(),
+        Some((cut, _)) => format!("{}…", &key[..cut]).into(),
+    }
+}
+
+/// Shortens every quoted run (`"..."` or `` `...` ``) longer than [`MAX_SHOWN_VALUE_CHARS`]
+/// in a message written by someone else (serde, a parser), as [`shown`] does for ours.
+pub(crate) fn shorten_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(1024));
+    let mut rest = message;
+    while let Some(open) = rest.find(['"', '`']) {
+        let quote = rest[open..].chars().next().unwrap_or('"');
+        out.push_str(&rest[..=open]);
+        let body = &rest[open + 1..];
+        // The closing quote: the next unescaped one, or the end of the message.
+        let mut end = body.len();
+        let mut escaped = false;
+        for (i, c) in body.char_indices() {
+            match c {
+                '\\' if !escaped => escaped = true,
+                c if c == quote && !escaped => {
+                    end = i;
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        let inner = &body[..end];
+        match inner.char_indices().nth(MAX_SHOWN_VALUE_CHARS) {
+            Some((cut, _)) => {
+                out.push_str(&inner[..cut]);
+                out.push('…');
+                out.push(quote);
+                out.push_str(&format!(" ({} bytes)", inner.len()));
+            }
+            None => {
+                out.push_str(inner);
+                if end < body.len() {
+                    out.push(quote);
+                }
+            }
+        }
+        rest = body.get(end + 1..).unwrap_or("");
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,6 +333,35 @@ mod tests {
         .filter(|k| k.is_retryable())
         .collect();
         assert_eq!(retryable, [ErrorKind::Transient, ErrorKind::Throttled]);
+    }
+
+    #[test]
+    fn shown_values_are_cut_with_their_length() {
+        assert_eq!(shown("a\"b").to_string(), r#""a\"b""#);
+        let exact = "y".repeat(MAX_SHOWN_VALUE_CHARS);
+        assert_eq!(shown(&exact).to_string(), format!("{exact:?}"));
+        let long = "é".repeat(10_000);
+        let s = shown(&long).to_string();
+        assert_eq!(s, format!("\"{}…\" (20000 bytes)", "é".repeat(64)));
+    }
+
+    #[test]
+    fn quoted_runs_in_foreign_messages_are_cut() {
+        let msg = format!(
+            "invalid type: string \"{}\", expected u32 at line 3",
+            "z".repeat(10_000)
+        );
+        let s = shorten_quoted(&msg);
+        assert!(s.len() < 200, "{s}");
+        assert!(
+            s.contains("…\" (10000 bytes), expected u32 at line 3"),
+            "{s}"
+        );
+        assert_eq!(
+            shorten_quoted("unknown field `a`, expected `b`"),
+            "unknown field `a`, expected `b`"
+        );
+        assert_eq!(shorten_quoted("open \"quote"), "open \"quote");
     }
 
     #[test]

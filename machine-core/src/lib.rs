@@ -47,6 +47,7 @@ pub mod conditions;
 pub mod conformance;
 pub mod decorators;
 mod error;
+mod locate;
 mod machine;
 mod name;
 mod observe;
@@ -64,7 +65,8 @@ pub use composer::{
     Action, Composer, ComposerBuilder, ComposerSettings, Deadlines, FailurePolicy, FleetResult,
     Layer, MAX_DURATION, MAX_POLL_INTERVAL, Provisioned, Reconciled,
 };
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, MAX_SHOWN_VALUE_CHARS, Result, Shown, shown, shown_key};
+pub use locate::{at_document_line, field_in_document};
 pub use machine::{
     Access, Address, AddressKind, Condition, Failure, Labels, Machine, NodeRef, Phase, ProviderId,
     SshEndpoint,
@@ -77,8 +79,9 @@ pub use software::{
     CAPI_SENTINEL, Completion, CompletionCheck, Mode, SentinelFile, SoftwareProvisioner,
 };
 pub use spec::{
-    FleetSpec, MachineSpec, SshAccess, check_ssh_public_key, check_unique_names, from_yaml,
-    from_yaml_redacting,
+    FleetSpec, MAX_DOCUMENT_BYTES, MAX_SSH_PUBLIC_KEY_LEN, MAX_TIMEOUT, MAX_YAML_ALIAS_EVENTS,
+    MAX_YAML_NODES, MachineSpec, SshAccess, check_duration, check_ssh_public_key,
+    check_unique_names, from_json, from_json_redacting, from_yaml, from_yaml_redacting,
 };
 pub use transport::{
     Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, RemoteShell, Transport,

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, shown};
 use crate::name::MachineName;
 
 /// Labels on a machine: free-form key/value pairs used to select machines.
@@ -19,8 +19,8 @@ pub type Labels = BTreeMap<String, String>;
 ///
 /// It is what Kubernetes calls `spec.providerID`: a kubelet can report the same string,
 /// which is how a machine may optionally be linked to a node.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(into = "String")]
 pub struct ProviderId(String);
 
 impl ProviderId {
@@ -43,7 +43,10 @@ impl ProviderId {
         } else {
             Err(Error::invalid_spec(
                 "providerID",
-                format!("{uri:?} is not a provider ID URI like sim:///id or aws:///zone/i-123"),
+                format!(
+                    "{} is not a provider ID URI like sim:///id or aws:///zone/i-123",
+                    shown(&uri)
+                ),
             ))
         }
     }
@@ -61,6 +64,14 @@ impl ProviderId {
     /// The URI as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// Deserializing validates; the error is the message alone, the reader adds the field.
+impl<'de> Deserialize<'de> for ProviderId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let uri = String::deserialize(d)?;
+        ProviderId::new(uri).map_err(|e| serde::de::Error::custom(e.message()))
     }
 }
 
@@ -349,6 +360,16 @@ mod tests {
         for bad in ["", "i-0abc", "://x", "AWS:///x", "sim:///"] {
             assert!(ProviderId::new(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn a_bad_provider_id_read_from_a_document_says_its_prefix_once() {
+        let e = crate::from_json::<Machine>(
+            "{\"name\": \"a\", \"providerID\": \"nope\", \"phase\": \"Ready\"}",
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("providerID"), "{e}");
+        assert_eq!(e.to_string().matches("invalid spec").count(), 1, "{e}");
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, shown};
 
 /// The longest DNS label RFC 1123 allows.
 pub const MAX_LABEL_LEN: usize = 63;
@@ -14,8 +14,8 @@ pub const MAX_LABEL_LEN: usize = 63;
 /// It is an RFC 1123 DNS label (1 to 63 characters of `a-z`, `0-9` and `-`, starting and
 /// ending with a letter or digit), so it can become a hostname, a tag value, a vSphere
 /// inventory name or part of a file path on any provider without escaping.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(into = "String")]
 pub struct MachineName(String);
 
 impl MachineName {
@@ -34,7 +34,12 @@ impl MachineName {
 
 /// Checks that `value` is an RFC 1123 DNS label; errors name `field`.
 pub fn check_dns_label(field: &str, value: &str) -> Result<()> {
-    let bad = |why: &str| Err(Error::invalid_spec(field, format!("{value:?} {why}")));
+    let bad = |why: &str| {
+        Err(Error::invalid_spec(
+            field,
+            format!("{} {why}", shown(value)),
+        ))
+    };
     if value.is_empty() {
         return bad("is empty; a DNS label (RFC 1123) is required");
     }
@@ -56,6 +61,16 @@ pub fn check_dns_label(field: &str, value: &str) -> Result<()> {
         return bad("starts or ends with '-'; a DNS label must not");
     }
     Ok(())
+}
+
+/// Deserializing validates. The error carries only the message: the reader
+/// ([`crate::from_yaml`], [`crate::from_json`]) adds the field path and the line, so
+/// the kind and field are not said twice.
+impl<'de> Deserialize<'de> for MachineName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        MachineName::new(name).map_err(|e| serde::de::Error::custom(e.message()))
+    }
 }
 
 impl TryFrom<String> for MachineName {
@@ -130,5 +145,14 @@ mod tests {
     fn deserializing_validates() {
         let e = serde_json::from_str::<MachineName>("\"UPPER\"").unwrap_err();
         assert!(e.to_string().contains("only a-z"), "{e}");
+        assert!(!e.to_string().contains("invalid spec"), "{e}");
+    }
+
+    #[test]
+    fn a_long_bad_name_is_shown_cut_with_its_length() {
+        let e = MachineName::new("X".repeat(10_000)).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.len() < 200, "{msg}");
+        assert!(msg.contains("(10000 bytes)"), "{msg}");
     }
 }

@@ -168,12 +168,74 @@ impl UserDataPart {
         }
     }
 
-    /// Adds a MIME header to the part.
+    /// Adds a MIME header to the part. [`assemble`] refuses (with [`UserDataPart::check_headers`])
+    /// a name that is not an RFC 5322 field name and a value with a line break.
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
     }
+
+    /// Checks that the part's extra headers and file name cannot add a header of their
+    /// own: names are RFC 5322 field names (1 to 76 printable ASCII characters, no
+    /// colon), are not a header the multipart writes itself (`Content-Type`,
+    /// `Content-Disposition`, `Content-Transfer-Encoding`, `MIME-Version`), and values
+    /// and the file name hold no control character (a CR or LF would start a new header).
+    /// Errors name `filename` or `headers[i]`.
+    pub fn check_headers(&self) -> Result<()> {
+        if let Some(c) = self.filename.chars().find(|c| c.is_control()) {
+            return Err(Error::invalid_spec(
+                "filename",
+                format!(
+                    "{} contains the control character {c:?}",
+                    crate::error::shown(&self.filename)
+                ),
+            ));
+        }
+        for (i, (name, value)) in self.headers.iter().enumerate() {
+            let field = format!("headers[{i}]");
+            let name_ok = !name.is_empty()
+                && name.len() <= MAX_HEADER_NAME_LEN
+                && name.bytes().all(|b| (33..=126).contains(&b) && b != b':');
+            if !name_ok {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!(
+                        "header name {} is not an RFC 5322 field name (1-{MAX_HEADER_NAME_LEN} printable ASCII characters, no ':')",
+                        crate::error::shown(name)
+                    ),
+                ));
+            }
+            if RESERVED_HEADERS
+                .iter()
+                .any(|reserved| reserved.eq_ignore_ascii_case(name))
+            {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!("header {name} is written by the multipart itself"),
+                ));
+            }
+            if let Some(c) = value.chars().find(|c| c.is_control() && *c != '\t') {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!("the value of header {name} contains the control character {c:?}"),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
+
+/// The longest header name [`UserDataPart::check_headers`] accepts: a name and its colon
+/// fit a 78-character line (RFC 5322 section 2.1.1).
+pub const MAX_HEADER_NAME_LEN: usize = 76;
+
+/// Headers the multipart writes for each part; a part cannot set them again.
+const RESERVED_HEADERS: [&str; 4] = [
+    "Content-Type",
+    "Content-Disposition",
+    "Content-Transfer-Encoding",
+    "MIME-Version",
+];
 
 impl fmt::Debug for UserDataPart {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -201,6 +263,10 @@ pub const MERGE_TYPE: &str = "list(append)+dict(no_replace,recurse_list)+str()";
 /// order. A part whose format has no MIME type (Ignition, PowerShell, raw) cannot share
 /// user data with others: that is an invalid-spec error naming the part.
 pub fn assemble(parts: &[UserDataPart]) -> Result<Option<UserData>> {
+    for (i, part) in parts.iter().enumerate() {
+        part.check_headers()
+            .map_err(|e| e.within(&format!("userData.parts[{i}]")))?;
+    }
     match parts {
         [] => Ok(None),
         [one] if one.headers.is_empty() => Ok(Some(UserData::new(one.format, one.content.clone()))),
@@ -441,6 +507,78 @@ mod tests {
         assert!(text.contains("merge-type: list()+dict()+str()"), "{text}");
         assert!(text.contains("filename=\"00-z10.yaml\""), "{text}");
         assert!(text.contains("filename=\"10-z0.yaml\""), "{text}");
+    }
+
+    #[test]
+    fn headers_that_could_inject_a_header_are_refused() {
+        let part = || UserDataPart::new(UserDataFormat::CloudConfig, "a.yaml", "#cloud-config\n");
+        for (bad, field, why) in [
+            (
+                part().with_header("X-A: 1\r\nX-Injected", "v"),
+                "userData.parts[0].headers[0]",
+                "RFC 5322",
+            ),
+            (
+                part().with_header("Merge Type", "v"),
+                "userData.parts[0].headers[0]",
+                "RFC 5322",
+            ),
+            (
+                part().with_header("", "v"),
+                "userData.parts[0].headers[0]",
+                "RFC 5322",
+            ),
+            (
+                part().with_header("Merge-Type:", "v"),
+                "userData.parts[0].headers[0]",
+                "RFC 5322",
+            ),
+            (
+                part().with_header("Mérge", "v"),
+                "userData.parts[0].headers[0]",
+                "RFC 5322",
+            ),
+            (
+                part().with_header("X".repeat(77), "v"),
+                "userData.parts[0].headers[0]",
+                "RFC 5322",
+            ),
+            (
+                part().with_header("Merge-Type", "dict()\r\nContent-Type: text/x-shellscript"),
+                "userData.parts[0].headers[0]",
+                "control character",
+            ),
+            (
+                part().with_header("Merge-Type", "a\nb"),
+                "userData.parts[0].headers[0]",
+                "control character",
+            ),
+            (
+                part().with_header("content-type", "text/plain"),
+                "userData.parts[0].headers[0]",
+                "written by the multipart",
+            ),
+            (
+                UserDataPart::new(
+                    UserDataFormat::ShellScript,
+                    "a.sh\r\nX-Evil: 1",
+                    "#!/bin/sh\n",
+                ),
+                "userData.parts[0].filename",
+                "control character",
+            ),
+        ] {
+            let e = assemble(&[part(), bad.clone()]).unwrap_err();
+            let field = field.replace("parts[0]", "parts[1]");
+            assert_eq!(e.kind(), ErrorKind::InvalidSpec);
+            assert_eq!(e.field(), Some(field.as_str()), "{e}");
+            assert!(e.message().contains(why), "{e}");
+            let e = assemble(&[bad.with_header("Merge-Type", "x")]).unwrap_err();
+            assert!(e.field().unwrap().starts_with("userData.parts[0]"), "{e}");
+        }
+        let ok = part().with_header("Merge-Type", "list(append)+dict(recurse_array)+str()");
+        ok.check_headers().unwrap();
+        assert!(assemble(&[ok, part()]).is_ok());
     }
 
     #[test]

@@ -5,7 +5,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use machine_core::{Error, Result, SecretString};
+use machine_core::{
+    Error, MAX_TIMEOUT, Result, SecretString, at_document_line, check_duration, field_in_document,
+    shown,
+};
 use serde::{Deserialize, Deserializer};
 
 use crate::settings::{self, Ec2Settings};
@@ -149,12 +152,19 @@ impl AwsConfig {
     /// key's path (`defaults.rootVolume.sizeGiB`, `connectTimeout`) and whose message
     /// gives the line and column. Messages never show the lines around the mistake, and
     /// never a value under `credentials`, so that a secret does not end up in a log.
-    /// Values are checked by [`AwsConfigBuilder::build`].
+    /// Values are checked by [`AwsConfigBuilder::build`]; a bad value the document itself
+    /// holds (`attemptTimeout: 18446744073709551615s`, `defaults.subnetId: x`) is refused
+    /// here already, with its line.
     pub fn from_yaml(yaml: &str) -> Result<AwsConfigBuilder> {
-        let file: AwsConfigFile = machine_core::from_yaml_redacting(yaml, |field| {
-            field == "credentials" || field.starts_with("credentials.")
-        })?;
-        Ok(file.apply(AwsConfigBuilder::default()))
+        let file: AwsConfigFile = machine_core::from_yaml_redacting(yaml, is_secret_field)?;
+        refuse_bad_values_written(file.apply(AwsConfigBuilder::default()), yaml)
+    }
+
+    /// [`AwsConfig::from_yaml`] for a JSON document: the same keys, the same checks, the
+    /// same redaction of `credentials`.
+    pub fn from_json(json: &str) -> Result<AwsConfigBuilder> {
+        let file: AwsConfigFile = machine_core::from_json_redacting(json, is_secret_field)?;
+        refuse_bad_values_written(file.apply(AwsConfigBuilder::default()), json)
     }
 
     /// The region.
@@ -215,6 +225,29 @@ impl AwsConfig {
     /// Whether `get` reads SSH host keys from the console.
     pub fn host_key_discovery(&self) -> bool {
         self.host_key_discovery
+    }
+}
+
+fn is_secret_field(field: &str) -> bool {
+    field == "credentials" || field.starts_with("credentials.")
+}
+
+/// Builds once to find a bad value the document wrote; what it left out (the region, for
+/// a caller to give) is still only required by the caller's own `build`.
+fn refuse_bad_values_written(
+    builder: AwsConfigBuilder,
+    document: &str,
+) -> Result<AwsConfigBuilder> {
+    let mut trial = builder.clone();
+    if trial.region.is_none() {
+        // A stand-in, so that the trial reaches the fields after the region.
+        trial.region = Some("us-east-1".to_owned());
+    }
+    match trial.build() {
+        Err(e) if e.field().is_some_and(|f| field_in_document(document, f)) => {
+            Err(at_document_line(e, document))
+        }
+        _ => Ok(builder),
     }
 }
 
@@ -423,14 +456,15 @@ impl AwsConfigBuilder {
         self
     }
 
-    /// How long to wait for a TCP (and TLS) connection; default 5 s.
+    /// How long to wait for a TCP (and TLS) connection; default 5 s, at most
+    /// [`MAX_TIMEOUT`] (one day).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// How long one HTTP attempt may take, from sending to the whole answer; default 30 s.
-    /// A slower answer is a transient error.
+    /// How long one HTTP attempt may take, from sending to the whole answer; default 30 s,
+    /// at most [`MAX_TIMEOUT`] (one day). A slower answer is a transient error.
     pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = timeout;
         self
@@ -439,7 +473,7 @@ impl AwsConfigBuilder {
     /// For how long after this provider created an instance an
     /// `InvalidInstanceID.NotFound` about it is reported as transient (EC2 is eventually
     /// consistent: a new id may be unknown to the next call). Later it means not found.
-    /// Default 60 s.
+    /// Default 60 s; zero turns the window off; at most [`MAX_TIMEOUT`] (one day).
     pub fn consistency_window(mut self, window: Duration) -> Self {
         self.consistency_window = window;
         self
@@ -495,13 +529,12 @@ impl AwsConfigBuilder {
                 format!("{} is outside 1-10", self.sdk_max_attempts),
             ));
         }
-        for (field, value) in [
-            ("connectTimeout", self.connect_timeout),
-            ("attemptTimeout", self.attempt_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(Error::invalid_spec(field, "must be greater than zero"));
-            }
+        // Bounded so that no deadline derived from them overflows the clock (the SDK
+        // panicked on an attemptTimeout of 18446744073709551615s).
+        check_duration("connectTimeout", self.connect_timeout, MAX_TIMEOUT)?;
+        check_duration("attemptTimeout", self.attempt_timeout, MAX_TIMEOUT)?;
+        if !self.consistency_window.is_zero() {
+            check_duration("consistencyWindow", self.consistency_window, MAX_TIMEOUT)?;
         }
         Ok(AwsConfig {
             region,
@@ -534,7 +567,7 @@ pub(crate) fn check_region(region: &str) -> Result<()> {
     } else {
         Err(Error::invalid_spec(
             "region",
-            format!("{region:?} is not an AWS region like us-east-1"),
+            format!("{} is not an AWS region like us-east-1", shown(region)),
         ))
     }
 }
@@ -548,7 +581,7 @@ fn check_endpoint(url: &str) -> Result<()> {
         Some(h) if !h.is_empty() && !h.chars().any(char::is_whitespace) => Ok(()),
         _ => Err(Error::invalid_spec(
             "endpointUrl",
-            format!("{url:?} is not an http:// or https:// URL"),
+            format!("{} is not an http:// or https:// URL", shown(url)),
         )),
     }
 }
@@ -623,6 +656,16 @@ mod tests {
             (base().instance_type("large"), "instanceType"),
             (base().sdk_max_attempts(0), "sdkMaxAttempts"),
             (base().attempt_timeout(Duration::ZERO), "attemptTimeout"),
+            (base().attempt_timeout(Duration::MAX), "attemptTimeout"),
+            (
+                base().attempt_timeout(MAX_TIMEOUT + Duration::from_secs(1)),
+                "attemptTimeout",
+            ),
+            (base().connect_timeout(Duration::MAX), "connectTimeout"),
+            (
+                base().consistency_window(Duration::MAX),
+                "consistencyWindow",
+            ),
             (
                 base().static_credentials("", SecretString::from("x")),
                 "credentials.accessKeyId",
@@ -816,17 +859,76 @@ credentials:
                 "{yaml:?}: {e}"
             );
         }
-        // Well-formed but bad values are refused by build, by the same names.
+        // Well-formed but bad values the document wrote are refused as it is read, by
+        // the same names as build gives them, with their line.
         let e = AwsConfig::from_yaml("region: us-east-1\ndefaults: {subnetId: subnet-1}\n")
-            .unwrap()
-            .build()
             .unwrap_err();
         assert_eq!(e.field(), Some("defaults.subnetId"), "{e}");
-        let e = AwsConfig::from_yaml("region: us-east-1\nconnectTimeout: 0s\n")
+        assert!(e.message().contains("line 2"), "{e}");
+        let e = AwsConfig::from_yaml("region: us-east-1\nconnectTimeout: 0s\n").unwrap_err();
+        assert_eq!(e.field(), Some("connectTimeout"), "{e}");
+        assert!(e.message().contains("line 2"), "{e}");
+        // The same value set in code is refused by build.
+        let e = AwsConfig::from_yaml("region: us-east-1\n")
             .unwrap()
+            .connect_timeout(Duration::ZERO)
             .build()
             .unwrap_err();
         assert_eq!(e.field(), Some("connectTimeout"), "{e}");
+    }
+
+    #[test]
+    fn absurd_timeouts_in_a_document_are_refused_with_field_and_line() {
+        for (doc, field, line) in [
+            (
+                "region: us-east-1\nattemptTimeout: 18446744073709551615s\n",
+                "attemptTimeout",
+                2,
+            ),
+            ("connectTimeout: 2days\n", "connectTimeout", 1),
+            (
+                "owner: a\nconsistencyWindow: 100years\n",
+                "consistencyWindow",
+                2,
+            ),
+            (
+                "{\"region\": \"us-east-1\",\n \"attemptTimeout\": \"5000000000s\"}",
+                "attemptTimeout",
+                2,
+            ),
+        ] {
+            let e = if doc.starts_with('{') {
+                AwsConfig::from_json(doc).unwrap_err()
+            } else {
+                AwsConfig::from_yaml(doc).unwrap_err()
+            };
+            assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{doc:?}");
+            assert_eq!(e.field(), Some(field), "{doc:?}: {e}");
+            assert!(
+                e.message().contains(&format!("line {line}")),
+                "{doc:?}: {e}"
+            );
+        }
+        // The limit itself, and a window of zero, are accepted.
+        AwsConfig::from_yaml("region: us-east-1\nattemptTimeout: 1day\nconsistencyWindow: 0s\n")
+            .unwrap()
+            .build()
+            .unwrap();
+    }
+
+    #[test]
+    fn json_documents_read_like_yaml() {
+        let c = AwsConfig::from_json("{\"region\": \"eu-west-1\", \"attemptTimeout\": \"45s\"}")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(c.attempt_timeout(), Duration::from_secs(45));
+        let e = AwsConfig::from_json(
+            "{\"credentials\": {\"accessKeyId\": 1, \"secretAccessKey\": \"wJalrXUtnFEMI\"}}",
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("credentials.accessKeyId"), "{e}");
+        assert!(!e.to_string().contains("wJalrXUtnFEMI"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use machine_core::{Error, MachineSpec, Result};
+use machine_core::{Error, MachineSpec, Result, shown, shown_key};
 use serde::{Deserialize, Serialize};
 
 /// EC2 settings of one machine. In a spec they sit under `provider:` in camelCase:
@@ -134,7 +134,10 @@ impl Ec2Settings {
         {
             return Err(Error::invalid_spec(
                 "keyName",
-                format!("{key:?} is not a key pair name (1-255 ASCII characters)"),
+                format!(
+                    "{} is not a key pair name (1-255 ASCII characters)",
+                    shown(key)
+                ),
             ));
         }
         if let Some(profile) = &self.instance_profile {
@@ -154,11 +157,11 @@ impl Ec2Settings {
         {
             return Err(Error::invalid_spec(
                 "sshUser",
-                format!("{user:?} is not a valid user name"),
+                format!("{} is not a valid user name", shown(user)),
             ));
         }
         for (k, v) in &self.tags {
-            check_tag(&format!("tags.{k}"), k, v)?;
+            check_tag(&format!("tags.{}", shown_key(k)), k, v)?;
         }
         Ok(())
     }
@@ -178,7 +181,10 @@ impl RootVolume {
         {
             return Err(Error::invalid_spec(
                 "type",
-                format!("{t:?} is not an EBS volume type (one of {VOLUME_TYPES:?})"),
+                format!(
+                    "{} is not an EBS volume type (one of {VOLUME_TYPES:?})",
+                    shown(t)
+                ),
             ));
         }
         if let Some(d) = &self.device_name
@@ -186,7 +192,7 @@ impl RootVolume {
         {
             return Err(Error::invalid_spec(
                 "deviceName",
-                format!("{d:?} is not a device name like /dev/xvda"),
+                format!("{} is not a device name like /dev/xvda", shown(d)),
             ));
         }
         Ok(())
@@ -208,7 +214,10 @@ pub fn check_resource_id(field: &str, prefix: &str, id: &str) -> Result<()> {
     } else {
         Err(Error::invalid_spec(
             field,
-            format!("{id:?} is not a {prefix} id ({prefix}- and 8 or 17 hex digits)"),
+            format!(
+                "{} is not a {prefix} id ({prefix}- and 8 or 17 hex digits)",
+                shown(id)
+            ),
         ))
     }
 }
@@ -226,7 +235,7 @@ pub fn check_image(image: &str) -> Result<()> {
         if param.is_empty() || param.chars().any(char::is_whitespace) {
             return Err(Error::invalid_spec(
                 "image",
-                format!("{image:?} names no SSM parameter"),
+                format!("{} names no SSM parameter", shown(image)),
             ));
         }
         return Ok(());
@@ -252,7 +261,7 @@ pub fn check_instance_type(t: &str) -> Result<()> {
     } else {
         Err(Error::invalid_spec(
             "size",
-            format!("{t:?} is not an instance type like t3.micro"),
+            format!("{} is not an instance type like t3.micro", shown(t)),
         ))
     }
 }
@@ -272,7 +281,10 @@ fn check_instance_profile(profile: &str) -> Result<()> {
     } else {
         Err(Error::invalid_spec(
             "instanceProfile",
-            format!("{profile:?} is neither an instance profile name nor its ARN"),
+            format!(
+                "{} is neither an instance profile name nor its ARN",
+                shown(profile)
+            ),
         ))
     }
 }
@@ -287,7 +299,10 @@ fn check_zone(zone: &str) -> Result<()> {
     } else {
         Err(Error::invalid_spec(
             "availabilityZone",
-            format!("{zone:?} is not an availability zone like us-east-1a"),
+            format!(
+                "{} is not an availability zone like us-east-1a",
+                shown(zone)
+            ),
         ))
     }
 }
@@ -406,7 +421,7 @@ mod tests {
         let e = settings_in(json!({"tags": {long_key.clone(): "v"}})).unwrap_err();
         assert_eq!(
             e.field(),
-            Some(format!("provider.tags.{long_key}").as_str())
+            Some(format!("provider.tags.{}…", &long_key[..64]).as_str())
         );
         assert!(e.message().contains("1-128"), "{e}");
         let e = settings_in(json!({"tags": {"k": "v".repeat(257)}})).unwrap_err();

@@ -4,7 +4,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use machine_core::{Error, Labels, Result, check_dns_label, check_ssh_public_key};
+use machine_core::{
+    Error, Labels, MAX_TIMEOUT, Result, at_document_line, check_dns_label, check_duration,
+    check_ssh_public_key, shown, shown_key,
+};
 use serde::{Deserialize, Serialize};
 
 /// Where claims live on a host unless the inventory says otherwise.
@@ -37,10 +40,13 @@ pub struct StaticHostsConfig {
     /// claims it sees as its machines.
     #[serde(default = "default_owner")]
     pub owner: String,
-    /// The directory on each host that holds its claim file (`claim.json`).
+    /// The directory on each host that holds its claim file (`claim.json`): an absolute,
+    /// normalized path (no `.` or `..` component, no empty one, no trailing `/`) of
+    /// a-z, A-Z, 0-9, `-`, `_`, `.` and `/`.
     #[serde(default = "default_claim_dir")]
     pub claim_dir: String,
-    /// How long one host may take to connect and answer.
+    /// How long one host may take to connect and answer: above zero, at most
+    /// [`MAX_TIMEOUT`] (one day).
     #[serde(default = "default_probe_timeout", with = "humantime_serde")]
     pub probe_timeout: Duration,
     /// The hosts, in the order they are offered.
@@ -53,7 +59,8 @@ pub struct StaticHostsConfig {
 pub struct HostEntry {
     /// The host's inventory name, a DNS label; its provider ID is `static:///<name>`.
     pub name: String,
-    /// Host name or IP address to connect to.
+    /// Host name or IP address to connect to: letters, digits, `.`, `-`, `:` and `_`, not
+    /// starting with `-` (which a command line would read as an option).
     pub address: String,
     /// SSH port.
     #[serde(default = "default_port")]
@@ -105,11 +112,18 @@ impl StaticHostsConfig {
         }
     }
 
-    /// Reads an inventory from YAML and checks it; errors name the field and, for
-    /// syntax and type errors, the line.
+    /// Reads an inventory from YAML and checks it; errors name the field and the line.
     pub fn from_yaml(yaml: &str) -> Result<Self> {
         let config: StaticHostsConfig = machine_core::from_yaml(yaml)?;
-        config.validate()?;
+        config.validate().map_err(|e| at_document_line(e, yaml))?;
+        Ok(config)
+    }
+
+    /// Reads an inventory from JSON and checks it, as [`StaticHostsConfig::from_yaml`]
+    /// does (serde alone does not run [`StaticHostsConfig::validate`]).
+    pub fn from_json(json: &str) -> Result<Self> {
+        let config: StaticHostsConfig = machine_core::from_json(json)?;
+        config.validate().map_err(|e| at_document_line(e, json))?;
         Ok(config)
     }
 
@@ -120,26 +134,13 @@ impl StaticHostsConfig {
             return Err(Error::invalid_spec(
                 "owner",
                 format!(
-                    "{:?} must be non-empty, of a-z, A-Z, 0-9, '-', '_', '.'",
-                    self.owner
+                    "{} must be non-empty, of a-z, A-Z, 0-9, '-', '_', '.'",
+                    shown(&self.owner)
                 ),
             ));
         }
-        if !self.claim_dir.starts_with('/')
-            || self.claim_dir.len() < 2
-            || !self.claim_dir.chars().all(|c| safe_char(c) || c == '/')
-        {
-            return Err(Error::invalid_spec(
-                "claimDir",
-                format!(
-                    "{:?} must be an absolute path of a-z, A-Z, 0-9, '-', '_', '.', '/'",
-                    self.claim_dir
-                ),
-            ));
-        }
-        if self.probe_timeout.is_zero() {
-            return Err(Error::invalid_spec("probeTimeout", "must be above zero"));
-        }
+        check_claim_dir(&self.claim_dir)?;
+        check_duration("probeTimeout", self.probe_timeout, MAX_TIMEOUT)?;
         if self.hosts.is_empty() {
             return Err(Error::invalid_spec("hosts", "the inventory has no hosts"));
         }
@@ -150,7 +151,7 @@ impl StaticHostsConfig {
             if !names.insert(host.name.as_str()) {
                 return Err(Error::invalid_spec(
                     format!("hosts[{i}].name"),
-                    format!("{:?} is given more than once", host.name),
+                    format!("{} is given more than once", shown(&host.name)),
                 ));
             }
         }
@@ -211,6 +212,8 @@ impl HostEntry {
     pub fn validate(&self) -> Result<()> {
         check_dns_label("name", &self.name)?;
         let address_ok = !self.address.is_empty()
+            && self.address.len() <= 253
+            && !self.address.starts_with('-')
             && self
                 .address
                 .chars()
@@ -218,16 +221,22 @@ impl HostEntry {
         if !address_ok {
             return Err(Error::invalid_spec(
                 "address",
-                format!("{:?} is not a host name or IP address", self.address),
+                format!(
+                    "{} is not a host name or IP address (at most 253 of a-z, A-Z, 0-9, '.', '-', ':', '_', not starting with '-')",
+                    shown(&self.address)
+                ),
             ));
         }
         if self.port == 0 {
             return Err(Error::invalid_spec("port", "0 is not a TCP port"));
         }
-        if self.user.is_empty() || !self.user.chars().all(safe_char) {
+        if self.user.is_empty() || self.user.starts_with('-') || !self.user.chars().all(safe_char) {
             return Err(Error::invalid_spec(
                 "user",
-                format!("{:?} is not a valid user name", self.user),
+                format!(
+                    "{} is not a valid user name (a-z, A-Z, 0-9, '-', '_', '.', not starting with '-')",
+                    shown(&self.user)
+                ),
             ));
         }
         for (i, key) in self.host_keys.iter().enumerate() {
@@ -236,13 +245,48 @@ impl HostEntry {
         for (k, v) in &self.labels {
             if k.is_empty() || !k.chars().all(safe_char) || !v.chars().all(safe_char) {
                 return Err(Error::invalid_spec(
-                    format!("labels.{k}"),
+                    format!("labels.{}", shown_key(k)),
                     "label keys and values are of a-z, A-Z, 0-9, '-', '_', '.'",
                 ));
             }
         }
         Ok(())
     }
+}
+
+/// The longest claim directory accepted (Linux's PATH_MAX less room for `/claim.json`).
+pub const MAX_CLAIM_DIR_LEN: usize = 4000;
+
+/// Checks the claim directory: absolute and normalized, so that it means what it says
+/// (`/../../etc` would write claims into `/etc`). Errors name `claimDir`.
+fn check_claim_dir(dir: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::invalid_spec(
+            "claimDir",
+            format!("{} {why}", shown(dir)),
+        ))
+    };
+    if !dir.starts_with('/') || dir.len() < 2 {
+        return bad("is not an absolute path below /");
+    }
+    if dir.len() > MAX_CLAIM_DIR_LEN {
+        return bad(&format!("is longer than {MAX_CLAIM_DIR_LEN} bytes"));
+    }
+    if !dir.chars().all(|c| safe_char(c) || c == '/') {
+        return bad("must be of a-z, A-Z, 0-9, '-', '_', '.', '/'");
+    }
+    for component in dir[1..].split('/') {
+        match component {
+            "" => {
+                return bad(
+                    "is not normalized: it has an empty component ('//' or a trailing '/')",
+                );
+            }
+            "." | ".." => return bad("is not normalized: it has a '.' or '..' component"),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn safe_char(c: char) -> bool {
@@ -261,7 +305,7 @@ probeTimeout: 3s
 hosts:
   - name: rack1-a
     address: 10.0.0.5
-    hostKeys: [\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE rack1-a\"]
+    hostKeys: [\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXLZCJgZESodBc7Vjr3vb4fE0hSuOzUa5iERyuZmke1 rack1-a\"]
     labels: {rack: r1}
   - name: rack1-b
     address: rack1-b.example.net
@@ -342,12 +386,70 @@ hosts:
                 "probeTimeout: 0s\nhosts: [{name: a, address: x}]\n",
                 "probeTimeout",
             ),
+            (
+                "probeTimeout: 18446744073709551615s\nhosts: [{name: a, address: x}]\n",
+                "probeTimeout",
+            ),
+            (
+                "probeTimeout: 2days\nhosts: [{name: a, address: x}]\n",
+                "probeTimeout",
+            ),
+            ("hosts: [{name: a, address: \"-x\"}]\n", "hosts[0].address"),
+            (
+                "hosts: [{name: a, address: \"-oProxyCommand=sh\"}]\n",
+                "hosts[0].address",
+            ),
+            (
+                "hosts: [{name: a, address: x, user: \"-x\"}]\n",
+                "hosts[0].user",
+            ),
+            (
+                "claimDir: /../../etc\nhosts: [{name: a, address: x}]\n",
+                "claimDir",
+            ),
+            (
+                "claimDir: /srv/./claims\nhosts: [{name: a, address: x}]\n",
+                "claimDir",
+            ),
+            (
+                "claimDir: /srv//claims\nhosts: [{name: a, address: x}]\n",
+                "claimDir",
+            ),
+            (
+                "claimDir: /srv/claims/\nhosts: [{name: a, address: x}]\n",
+                "claimDir",
+            ),
+            (
+                "claimDir: /srv/claims/..\nhosts: [{name: a, address: x}]\n",
+                "claimDir",
+            ),
         ];
         for (yaml, field) in cases {
             let e = StaticHostsConfig::from_yaml(yaml).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{yaml}");
             assert_eq!(e.field(), Some(field), "{yaml}: {e}");
+            assert!(e.message().contains("line "), "{yaml}: {e}");
         }
+    }
+
+    #[test]
+    fn json_inventories_are_validated() {
+        let e = StaticHostsConfig::from_json(
+            "{\"claimDir\": \"/../../etc\",\n \"hosts\": [{\"name\": \"a\", \"address\": \"x\"}]}",
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("claimDir"), "{e}");
+        assert!(e.message().contains("line 1"), "{e}");
+        let e =
+            StaticHostsConfig::from_json("{\"hosts\": [{\"name\": \"a\",\n \"address\": \"-x\"}]}")
+                .unwrap_err();
+        assert_eq!(e.field(), Some("hosts[0].address"), "{e}");
+        assert!(e.message().contains("line 2"), "{e}");
+        let ok = StaticHostsConfig::from_json(
+            "{\"hosts\": [{\"name\": \"a\", \"address\": \"10.0.0.1\"}]}",
+        )
+        .unwrap();
+        assert_eq!(ok.hosts[0].address, "10.0.0.1");
     }
 
     #[test]
@@ -358,7 +460,7 @@ hosts:
                 HostEntry::new("a", "10.0.0.1")
                     .port(2200)
                     .user("ops", true)
-                    .host_key("ssh-ed25519 AAAAC3Nza a")
+                    .host_key("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXLZCJgZESodBc7Vjr3vb4fE0hSuOzUa5iERyuZmke1 a")
                     .label("rack", "r1"),
             ],
         );
