@@ -36,8 +36,9 @@ const ADOPT_WAIT: Duration = Duration::from_secs(30);
 const PROVIDER_KEYS_DIR: &str = "/etc/ssh/provider-keys";
 
 /// The image's own cloud-init settings: the NoCloud seed only; no network
-/// configuration (the provider sets the address); no locale (the root has no locales).
-const IMAGE_CLOUD_CFG: &str = "datasource_list: [ NoCloud, None ]\nnetwork: {config: disabled}\nlocale: false\n";
+/// configuration (the provider sets the address); no locale (the root has no locales);
+/// no growing or resizing of a root that is an overlay.
+const IMAGE_CLOUD_CFG: &str = "datasource_list: [ NoCloud, None ]\nnetwork: {config: disabled}\nlocale: false\nresize_rootfs: false\ngrowpart: {mode: 'off'}\n";
 
 /// Host keys read back, in the order a client prefers them.
 const HOST_KEY_FILES: [&str; 3] = [

@@ -47,14 +47,24 @@ pub(crate) fn observe(
             Err(_) => return Ok((Phase::Provisioning, None)),
         };
         if errors.is_empty() {
-            return Ok((Phase::Provisioned, None));
+            let rejected = log_lines(engine, dir, &REJECTIONS)?;
+            if rejected.is_empty() {
+                return Ok((Phase::Provisioned, None));
+            }
+            return Ok((
+                Phase::Failed,
+                Some(Failure {
+                    reason: "BootFailed".into(),
+                    message: format!("cloud-init rejected the user data: {}", rejected.join("; ")),
+                }),
+            ));
         }
         let errors: Vec<String> = errors
             .iter()
             .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
             .collect();
         let mut message = format!("cloud-init reported: {}", errors.join("; "));
-        let warnings = warnings(engine, dir)?;
+        let warnings = log_lines(engine, dir, &["WARNING", "ERROR", "Traceback"])?;
         if !warnings.is_empty() {
             message.push_str(&format!(" ({})", warnings.join("; ")));
         }
@@ -84,16 +94,25 @@ pub(crate) fn observe(
     ))
 }
 
-/// cloud-init's own words about what failed: the WARNING and ERROR lines of its
-/// output log, at most five.
-fn warnings(engine: &dyn Engine, dir: &Path) -> Result<Vec<String>> {
+/// What cloud-init 22.4 logs when it cannot use user data, yet reports done without
+/// errors: the machine did not get its configuration, so it has failed. (Its schema
+/// warning is not one: the image's own `locale: false`, which cloud-init honours, sets
+/// it off.)
+const REJECTIONS: [&str; 2] = [
+    "Failed loading yaml blob",
+    "Failed at merging in cloud config part",
+];
+
+/// cloud-init's own words: the lines of its output log holding any of `needles`,
+/// at most five.
+fn log_lines(engine: &dyn Engine, dir: &Path, needles: &[&str]) -> Result<Vec<String>> {
     let Some(bytes) = engine.read_file(dir, OUTPUT_LOG)? else {
         return Ok(Vec::new());
     };
     let text = String::from_utf8_lossy(&bytes);
     Ok(text
         .lines()
-        .filter(|l| l.contains("WARNING") || l.contains("ERROR") || l.contains("Traceback"))
+        .filter(|l| needles.iter().any(|n| l.contains(n)))
         .take(5)
         .map(|l| l.trim().to_owned())
         .collect())

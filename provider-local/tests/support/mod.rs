@@ -111,3 +111,66 @@ pub fn leftovers(netns: &str, veth: &str) -> Vec<String> {
     }
     left
 }
+
+/// A client key pair and an SSH config that trusts only pinned host keys (its
+/// known_hosts file is empty), so a connection proves the provider's pins.
+pub struct ClientKey {
+    pub dir: tempfile::TempDir,
+    pub public: String,
+}
+
+impl ClientKey {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("id_ed25519");
+        let ok = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "test", "-f"])
+            .arg(&key)
+            .status()
+            .expect("ssh-keygen is missing: apt-get install openssh-client");
+        assert!(ok.success());
+        std::fs::write(dir.path().join("known_hosts"), "").unwrap();
+        let public = std::fs::read_to_string(key.with_extension("pub"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        ClientKey { dir, public }
+    }
+
+    pub fn ssh_config(&self) -> bootstrap_ssh::SshConfig {
+        let auth = bootstrap_ssh::Auth::key_file(self.dir.path().join("id_ed25519"), None)
+            .expect("client key");
+        bootstrap_ssh::SshConfig::new(vec![auth])
+            .with_host_keys(bootstrap_ssh::HostKeyPolicy::Verify {
+                known_hosts: Some(self.dir.path().join("known_hosts")),
+            })
+            .with_connect_timeout(Duration::from_secs(20))
+    }
+
+    pub fn access(&self, user: &str) -> machine_core::SshAccess {
+        machine_core::SshAccess {
+            user: user.into(),
+            authorized_keys: vec![self.public.clone()],
+        }
+    }
+}
+
+/// Runs `command` on the machine over SSH (pinned host keys only); its stdout.
+pub async fn ssh(key: &ClientKey, m: &Machine, command: &str) -> String {
+    let connector = bootstrap_ssh::SshConnector::new(key.ssh_config());
+    let t = machine_core::Connector::connect(&connector, m)
+        .await
+        .unwrap_or_else(|e| panic!("ssh to {}: {e}", m.name));
+    let out = t
+        .exec(&machine_core::ExecRequest::new(command))
+        .await
+        .unwrap_or_else(|e| panic!("{command} on {}: {e}", m.name));
+    assert_eq!(
+        out.status,
+        Some(0),
+        "{command} on {}: {}",
+        m.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
