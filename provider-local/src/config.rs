@@ -189,14 +189,14 @@ impl LocalConfig {
                 ),
             ));
         }
-        Subnet::from_str(&self.subnet).map_err(|e| e.within("subnet"))?;
+        Subnet::from_str(&self.subnet)?;
         machine_core::check_dns_label("defaultUser", &self.default_user)?;
         Ok(())
     }
 
     /// The subnet, parsed.
     pub fn subnet(&self) -> Result<Subnet> {
-        Subnet::from_str(&self.subnet).map_err(|e| e.within("subnet"))
+        Subnet::from_str(&self.subnet)
     }
 }
 
@@ -254,8 +254,9 @@ impl Subnet {
 impl FromStr for Subnet {
     type Err = Error;
 
+    /// Parses `10.1.2.0/24`; errors are invalid-spec errors on the field `subnet`.
     fn from_str(s: &str) -> Result<Self> {
-        let bad = |why: &str| Error::invalid_spec("", format!("{s:?} {why}"));
+        let bad = |why: &str| Error::invalid_spec("subnet", format!("{s:?} {why}"));
         let (addr, prefix) = s
             .split_once('/')
             .ok_or_else(|| bad("is not a subnet like 10.213.0.0/24"))?;

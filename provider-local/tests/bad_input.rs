@@ -1,0 +1,81 @@
+//! Bad input gets a clear error naming what is wrong, and leaves nothing behind.
+
+mod support;
+
+use machine_core::{ErrorKind, MachineName, MachineProvisioner, MachineSpec};
+use provider_local::{LocalConfig, LocalProvider};
+use support::Lab;
+
+#[test]
+fn a_missing_root_is_refused_naming_it_and_the_script_that_builds_it() {
+    let config = LocalConfig::new("t").with_root("/nonexistent/bookworm-local");
+    let e = LocalProvider::new(config).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{e}");
+    assert_eq!(e.field(), Some("root"));
+    let text = e.to_string();
+    assert!(text.contains("/nonexistent/bookworm-local"), "{text}");
+    assert!(text.contains("40-local-root.sh"), "{text}");
+}
+
+#[test]
+fn a_root_without_sshd_is_refused_as_incomplete_naming_the_missing_file() {
+    let root = tempfile::tempdir().unwrap();
+    for f in ["etc/os-release", "bin/sh", "usr/bin/cloud-init"] {
+        let p = root.path().join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "x").unwrap();
+    }
+    let config = LocalConfig::new("t").with_root(root.path());
+    let e = LocalProvider::new(config).unwrap_err();
+    assert_eq!(e.field(), Some("root"), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("usr/sbin/sshd") && text.contains("openssh-server"), "{text}");
+    assert!(text.contains("corrupt or incomplete"), "{text}");
+}
+
+#[test]
+fn machine_names_that_are_not_dns_labels_are_refused() {
+    for bad in ["Web_1", "-web", "a.b", ""] {
+        let e = MachineName::new(bad).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{bad}: {e}");
+    }
+    let e = MachineSpec::from_yaml("name: Web_1\n").unwrap_err();
+    assert!(e.to_string().contains("name"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_subnet_is_full_create_is_a_quota_error_naming_it_and_leaves_no_machine() {
+    // A /30 has one address for machines beside the bridge's.
+    let lab = Lab::with_prefix(30);
+    let p = lab.provider("full");
+    let first = p
+        .create(&MachineSpec::new(MachineName::new("full-1").unwrap()), None)
+        .await
+        .unwrap();
+    let name = MachineName::new("full-2").unwrap();
+    let e = p.create(&MachineSpec::new(name.clone()), None).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::QuotaExceeded, "{e}");
+    assert_eq!(e.field(), Some("subnet"));
+    assert!(e.to_string().contains(&lab.subnet), "{e}");
+    assert!(p.find(&name).await.unwrap().is_none(), "a refused machine exists");
+    assert!(!p.machine_dir(&name).exists());
+    // Deleting the first frees its address for the next.
+    p.delete(&first.provider_id).await.unwrap();
+    let again = p.create(&MachineSpec::new(name), None).await.unwrap();
+    assert_eq!(again.addresses, first.addresses.iter().map(|a| {
+        let mut a = a.clone();
+        if a.kind == machine_core::AddressKind::Hostname {
+            a.address = "full-2".into();
+        }
+        a
+    }).collect::<Vec<_>>());
+    p.delete(&again.provider_id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_config_is_refused_naming_the_field() {
+    let e = LocalConfig::from_yaml("subnet: 192.168.1.0/33\n").unwrap_err();
+    assert_eq!(e.field(), Some("subnet"), "{e}");
+    let e = LocalConfig::from_yaml("bridge: a-very-long-bridge\n").unwrap_err();
+    assert_eq!(e.field(), Some("bridge"), "{e}");
+}
