@@ -45,6 +45,9 @@ pub const BOOT_LOG: &str = "boot.log";
 /// machine. cloud-init's stages run in boot order whatever each one returns (as a
 /// booting system does); then sshd, with host keys the machine made (by cloud-init, or
 /// by ssh-keygen when the user data turned that off), listens on the machine's address.
+/// sh stays PID 1 rather than exec'ing sshd: sshd rewrites its environment for its
+/// process title, and cloud-init parses PID 1's environment (`cloud-init status`
+/// crashed on sshd's).
 const BOOT_SCRIPT: &str = r#"set -e
 R="$MACHINE_DIR/root"
 mount -t overlay overlay -o "lowerdir=$LOWER,upperdir=$MACHINE_DIR/upper,workdir=$MACHINE_DIR/work" "$R"
@@ -56,7 +59,8 @@ mkdir -p "$R/run/sshd"
 exec chroot "$R" /bin/sh -c '
 cloud-init init --local; cloud-init init; cloud-init modules --mode config; cloud-init modules --mode final
 ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
-exec /usr/sbin/sshd -D -e -o "ListenAddress=$MACHINE_IP" -o "AuthorizedKeysFile=.ssh/authorized_keys /etc/ssh/provider-keys/%u"'
+/usr/sbin/sshd -D -e -o "ListenAddress=$MACHINE_IP" -o "AuthorizedKeysFile=.ssh/authorized_keys /etc/ssh/provider-keys/%u" &
+wait $!'
 "#;
 
 /// How long halting waits for a machine's processes to be gone.
@@ -281,6 +285,8 @@ impl Engine for NamespaceEngine {
             .env_clear()
             .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
             .env("LANG", "C.UTF-8")
+            // The systemd convention for "this is a container", which cloud-init reads.
+            .env("container", "provider-local")
             .env("MACHINE_DIR", dir)
             .env("LOWER", &self.root)
             .env("MACHINE_NAME", r.name.as_str())

@@ -46,9 +46,10 @@ async fn a_machine_boots_by_cloud_init_answers_ssh_with_its_own_host_keys_stops_
     assert_eq!(lines[2], "ran", "{out}");
     assert!(lines[3].contains(&format!("inet {ip}/")), "{out}");
     assert_eq!(lines[4], "0", "{out}");
-    // Its PID namespace is its own: sshd is PID 1 there.
-    let pid1 = ssh(&key, &m, "cat /proc/1/comm").await;
-    assert_eq!(pid1.trim(), "sshd");
+    // Its PID namespace is its own: the boot shell is PID 1 there, and PID 1's
+    // environment is one cloud-init can read (its status command parses it).
+    let pid1 = ssh(&key, &m, "cat /proc/1/comm; tr '\\0' '\\n' < /proc/1/environ | grep '^container='").await;
+    assert_eq!(pid1, "sh\ncontainer=provider-local\n");
 
     let console = p.console_output(&m.provider_id).await.unwrap().unwrap();
     assert!(console.contains("Cloud-init v.") && console.contains("finished"), "{console}");
