@@ -154,8 +154,7 @@ fn processes_in_netns(ns_path: &Path) -> Vec<i32> {
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            fs::read_link(format!("/proc/{pid}/ns/net"))
-                .is_ok_and(|l| l.to_string_lossy() == want)
+            fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l.to_string_lossy() == want)
         })
         .collect()
 }
@@ -283,7 +282,10 @@ impl Engine for NamespaceEngine {
                 BOOT_SCRIPT,
             ])
             .env_clear()
-            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
             .env("LANG", "C.UTF-8")
             // The systemd convention for "this is a container", which cloud-init reads.
             .env("container", "provider-local")

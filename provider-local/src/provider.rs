@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use machine_core::{
     Access, Address, AddressKind, Capabilities, Error, ErrorKind, Labels, Machine, MachineName,
-    MachineProvisioner, MachineSpec, PowerOp, PowerOperations, ProviderId, Result,
-    SizeBasis, SshEndpoint, UserData, UserDataDelivery, UserDataFormat,
+    MachineProvisioner, MachineSpec, PowerOp, PowerOperations, ProviderId, Result, SizeBasis,
+    SshEndpoint, UserData, UserDataDelivery, UserDataFormat,
 };
 
 use crate::config::{LocalConfig, Subnet};
@@ -185,7 +185,12 @@ impl LocalProvider {
             host_keys,
         };
         if phase.is_running() {
-            m.set_condition("InfrastructureReady", true, "CloudInitDone", "cloud-init finished");
+            m.set_condition(
+                "InfrastructureReady",
+                true,
+                "CloudInitDone",
+                "cloud-init finished",
+            );
         }
         Ok(m)
     }
@@ -213,7 +218,10 @@ impl LocalProvider {
         if !delivery.formats.contains(&ud.format) {
             return Err(Error::invalid_spec(
                 "userData",
-                format!("user data format {:?} is not accepted by cloud-init's NoCloud seed here", ud.format),
+                format!(
+                    "user data format {:?} is not accepted by cloud-init's NoCloud seed here",
+                    ud.format
+                ),
             ));
         }
         Ok(())
@@ -413,7 +421,9 @@ impl LocalProvider {
         for entry in entries {
             let entry = entry.map_err(|e| errors::io("listing", &owner_dir, e))?;
             let dir = entry.path();
-            let Some(r) = state::read(&dir)? else { continue };
+            let Some(r) = state::read(&dir)? else {
+                continue;
+            };
             if selector.iter().all(|(k, v)| r.labels.get(k) == Some(v)) {
                 out.push(self.to_machine(&dir, &r)?);
             }

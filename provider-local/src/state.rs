@@ -8,9 +8,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use machine_core::{
-    ContentEncoding, Error, Labels, MachineName, Result, UserData, UserDataFormat,
-};
+use machine_core::{ContentEncoding, Error, Labels, MachineName, Result, UserData, UserDataFormat};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Subnet;

@@ -29,7 +29,10 @@ fn a_root_without_sshd_is_refused_as_incomplete_naming_the_missing_file() {
     let e = LocalProvider::new(config).unwrap_err();
     assert_eq!(e.field(), Some("root"), "{e}");
     let text = e.to_string();
-    assert!(text.contains("usr/sbin/sshd") && text.contains("openssh-server"), "{text}");
+    assert!(
+        text.contains("usr/sbin/sshd") && text.contains("openssh-server"),
+        "{text}"
+    );
     assert!(text.contains("corrupt or incomplete"), "{text}");
 }
 
@@ -53,22 +56,35 @@ async fn when_the_subnet_is_full_create_is_a_quota_error_naming_it_and_leaves_no
         .await
         .unwrap();
     let name = MachineName::new("full-2").unwrap();
-    let e = p.create(&MachineSpec::new(name.clone()), None).await.unwrap_err();
+    let e = p
+        .create(&MachineSpec::new(name.clone()), None)
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::QuotaExceeded, "{e}");
     assert_eq!(e.field(), Some("subnet"));
     assert!(e.to_string().contains(&lab.subnet), "{e}");
-    assert!(p.find(&name).await.unwrap().is_none(), "a refused machine exists");
+    assert!(
+        p.find(&name).await.unwrap().is_none(),
+        "a refused machine exists"
+    );
     assert!(!p.machine_dir(&name).exists());
     // Deleting the first frees its address for the next.
     p.delete(&first.provider_id).await.unwrap();
     let again = p.create(&MachineSpec::new(name), None).await.unwrap();
-    assert_eq!(again.addresses, first.addresses.iter().map(|a| {
-        let mut a = a.clone();
-        if a.kind == machine_core::AddressKind::Hostname {
-            a.address = "full-2".into();
-        }
-        a
-    }).collect::<Vec<_>>());
+    assert_eq!(
+        again.addresses,
+        first
+            .addresses
+            .iter()
+            .map(|a| {
+                let mut a = a.clone();
+                if a.kind == machine_core::AddressKind::Hostname {
+                    a.address = "full-2".into();
+                }
+                a
+            })
+            .collect::<Vec<_>>()
+    );
     p.delete(&again.provider_id).await.unwrap();
 }
 

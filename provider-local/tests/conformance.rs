@@ -4,8 +4,8 @@ mod support;
 
 use std::time::Duration;
 
-use machine_core::conformance::{self, Clients, Fixture};
 use machine_core::MachineSpec;
+use machine_core::conformance::{self, Clients, Fixture};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_machines_pass_the_conformance_suite() {

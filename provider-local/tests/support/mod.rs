@@ -68,10 +68,8 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if let Some(p) = &self.keeper {
-            if let Err(e) = p.teardown() {
-                eprintln!("lab teardown failed: {e}");
-            }
+        if let Some(Err(e)) = self.keeper.as_ref().map(LocalProvider::teardown) {
+            eprintln!("lab teardown failed: {e}");
         }
     }
 }
