@@ -211,6 +211,15 @@ impl Engine for NamespaceEngine {
 
     fn read_file(&self, dir: &Path, path: &str) -> Result<Option<Vec<u8>>> {
         let rel = path.trim_start_matches('/');
+        // A file the machine deleted is an overlay whiteout (a 0/0 character device)
+        // in its upper layer: gone, whatever the root holds.
+        let upper = dir.join("upper").join(rel);
+        if let Ok(meta) = fs::symlink_metadata(&upper) {
+            use std::os::unix::fs::FileTypeExt;
+            if meta.file_type().is_char_device() && meta.rdev() == 0 {
+                return Ok(None);
+            }
+        }
         // The machine's changes first; what it never changed is the root's.
         for base in [dir.join("upper"), self.root.clone()] {
             let p = base.join(rel);
