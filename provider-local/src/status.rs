@@ -113,6 +113,9 @@ fn log_lines(engine: &dyn Engine, dir: &Path, needles: &[&str]) -> Result<Vec<St
     Ok(text
         .lines()
         .filter(|l| needles.iter().any(|n| l.contains(n)))
+        // The schema notice the image's own `locale: false` causes says nothing
+        // about this machine's failure.
+        .filter(|l| !l.contains("Invalid cloud-config provided"))
         .take(5)
         .map(|l| l.trim().to_owned())
         .collect())
