@@ -95,3 +95,34 @@ async fn a_bad_config_is_refused_naming_the_field() {
     let e = LocalConfig::from_yaml("bridge: a-very-long-bridge\n").unwrap_err();
     assert_eq!(e.field(), Some("bridge"), "{e}");
 }
+
+/// Set in the copy of this test binary that runs as nobody.
+const AS_NOBODY: &str = "PROVIDER_LOCAL_TEST_AS_NOBODY";
+
+#[test]
+fn not_running_as_root_is_an_unauthorized_error_that_says_so() {
+    if std::env::var_os(AS_NOBODY).is_some() {
+        let e = LocalProvider::new(LocalConfig::new("t")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unauthorized, "{e}");
+        assert!(e.to_string().contains("must run as root"), "{e}");
+        return;
+    }
+    // Run this same test again as nobody (uid 65534).
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "not_running_as_root_is_an_unauthorized_error_that_says_so",
+            "--test-threads=1",
+        ])
+        .env(AS_NOBODY, "1")
+        .output()
+        .expect("setpriv is missing: apt-get install util-linux");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "as nobody: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
