@@ -71,6 +71,10 @@ impl Drop for Lab {
         if let Some(Err(e)) = self.keeper.as_ref().map(LocalProvider::teardown) {
             eprintln!("lab teardown failed: {e}");
         }
+        // The shared parent of every lab's run directory goes with the last lab.
+        if let Some(parent) = self.run_dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
     }
 }
 
