@@ -249,8 +249,8 @@ impl LocalProvider {
                 // Leave nothing behind for a create that failed half-way.
                 if let Ok(Some(r)) = state::read(&dir) {
                     let _ = self.engine.remove(&r);
-                    let _ = self.leases().release(r.address, &self.holder(&spec.name));
                 }
+                let _ = self.leases().release_all_of(&self.holder(&spec.name));
                 let _ = fs::remove_dir_all(&dir);
                 Err(e)
             }
@@ -372,6 +372,7 @@ impl LocalProvider {
             // anything: nothing runs for it.
             if dir.exists() {
                 fs::remove_dir_all(&dir).map_err(|e| errors::io("removing", &dir, e))?;
+                self.leases().release_all_of(&self.holder(name))?;
             }
             return Ok(());
         };

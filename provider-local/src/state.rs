@@ -180,6 +180,21 @@ impl Leases {
         Ok(None)
     }
 
+    /// Gives back every address `holder` holds: for a create that died between taking
+    /// its lease and recording it.
+    pub(crate) fn release_all_of(&self, holder: &str) -> Result<()> {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if fs::read_to_string(&path).is_ok_and(|h| h == holder) {
+                fs::remove_file(&path).map_err(|e| errors::io("removing", &path, e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Gives `address` back, if `holder` holds it.
     pub(crate) fn release(&self, address: Ipv4Addr, holder: &str) -> Result<()> {
         let path = self.dir.join(address.to_string());

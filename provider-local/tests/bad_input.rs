@@ -126,3 +126,30 @@ fn not_running_as_root_is_an_unauthorized_error_that_says_so() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_died_before_recording_its_machine_is_cleaned_up_by_delete_with_its_address()
+{
+    let lab = Lab::with_prefix(30);
+    let p = lab.provider("crashed");
+    let name = MachineName::new("half-made").unwrap();
+    // What a create leaves when its process dies after claiming the name and the
+    // subnet's only address, before writing the machine's state.
+    std::fs::create_dir_all(p.machine_dir(&name)).unwrap();
+    std::fs::create_dir_all(lab.run_dir.join("leases")).unwrap();
+    let only = lab.subnet.replace(".0/30", ".2");
+    std::fs::write(lab.run_dir.join("leases").join(&only), "crashed/half-made").unwrap();
+    let id = machine_core::ProviderId::new("local:///crashed/half-made").unwrap();
+    p.delete(&id).await.unwrap();
+    assert!(!p.machine_dir(&name).exists());
+    // The address is free again.
+    let m = p
+        .create(&MachineSpec::new(MachineName::new("next").unwrap()), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        m.address(machine_core::AddressKind::InternalIP),
+        Some(only.as_str())
+    );
+    p.delete(&m.provider_id).await.unwrap();
+}
