@@ -21,6 +21,16 @@
 //! cargo run --example quickstart -- --hosts inventory.yaml [--key PATH | --agent]
 //!     [--known-hosts PATH] [--accept-new | --insecure]
 //! ```
+//!
+//! Or all three as real machines on this host (provider-local; as root, after
+//! `scripts/peers/40-local-root.sh`), with what each got read back over SSH:
+//!
+//! ```text
+//! cargo run --example quickstart -- --local
+//! ```
+
+#[path = "quickstart_local.rs"]
+mod local;
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -76,7 +86,7 @@ fn real_hosts() -> anyhow::Result<Option<RealHosts>> {
         match a.as_str() {
             "--hosts" => hosts = Some(it.next().context("--hosts needs a file")?.into()),
             "-h" | "--help" => {
-                println!("usage: quickstart [--hosts INVENTORY.yaml {SSH_USAGE}]");
+                println!("usage: quickstart [--local | --hosts INVENTORY.yaml {SSH_USAGE}]");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other} (see --help)"),
@@ -102,6 +112,9 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
+    if std::env::args().nth(1).as_deref() == Some("--local") {
+        return local::run().await;
+    }
     let real = real_hosts()?;
 
     // The simulated cloud: machines take 0.5 to 1.5 s to boot.
