@@ -57,7 +57,7 @@ pub struct MachineRecord {
     pub gateway: Ipv4Addr,
     /// The user SSH logs in as.
     pub ssh_user: String,
-    /// Format and encoding of the user data in [`USER_DATA_FILE`], when there is any.
+    /// Format and encoding of the user data in the machine's `user-data` file, when there is any.
     #[serde(default)]
     pub user_data: Option<(UserDataFormat, ContentEncoding)>,
     /// Whether the machine should be running (false after a power stop).

@@ -6,8 +6,8 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use bootstrap_cloudinit::{
-    Bootstrap, CloudConfig, CloudConfigLayer, CloudInitStatus, DerivedHostKeys, Output, Secret,
-    User, WriteFile,
+    Bootstrap, CloudConfig, CloudConfigLayer, CloudInitStatus, DerivedHostKeys, Secret, User,
+    WriteFile,
 };
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{CancellationToken, Composer, MachineName, MachineSpec, Phase, SentinelFile};
@@ -44,13 +44,9 @@ async fn coupled_layers_of_three_teams_and_derived_host_keys_all_land_and_ssh_pi
             .unwrap(),
         ],
     )
-    .unwrap()
-    // Multipart: each layer's part carries cloud-init's Merge-Type header. The default
-    // (Output::Merged) emits the bundle's merged part WITHOUT that header unless a layer
-    // has extra parts, and this test then shows team-a's user, file and command
-    // replaced by team-b's while cloud-init reports done (seen 2026-12-03; the fix
-    // belongs in bootstrap-cloudinit's Bootstrap::parts).
-    .output(Output::Multipart);
+    // The default merged output: the composer gives its part cloud-init's additive
+    // Merge-Type, so team-a's users, files and commands survive beside it.
+    .unwrap();
     let team_c = StepLayer::new(
         "team-c",
         vec![
