@@ -484,9 +484,43 @@ fn cases() -> Vec<Case> {
         ),
         // ComposerSettings.
         row(
+            "a deadline too long to add to a clock is refused",
+            Settings(s(
+                "deadlines: {create: 18446744073709551615s, boot: 1s, bootstrap: 1s, delete: 1s}\n",
+            )),
+            "deadlines.create",
+            Some(1),
+        ),
+        row(
+            "a poll interval over an hour is refused",
+            Settings(s("pollInterval: 2h\n")),
+            "pollInterval",
+            None,
+        ),
+        row(
+            "a bootstrap deadline over thirty days is refused",
+            Settings(s(
+                "deadlines: {create: 1s, boot: 1s, bootstrap: 31days, delete: 1s}\n",
+            )),
+            "deadlines.bootstrap",
+            None,
+        ),
+        row(
+            "an SSH target with a NUL in its host is refused",
+            Target(s("root@host\u{0}evil")),
+            "host",
+            None,
+        ),
+        row(
+            "an SSH target with a slash in its host is refused",
+            Target(s("root@../../etc/passwd")),
+            "host",
+            None,
+        ),
+        row(
             "a poll interval of zero is refused",
             Settings(s("poll_interval: 0s\n")),
-            "poll_interval",
+            "pollInterval",
             None,
         ),
         row(
@@ -747,7 +781,7 @@ fn cases() -> Vec<Case> {
         row(
             "a cloud-config syntax error is refused",
             CloudConfig(s("#cloud-config\nruncmd: [x\n")),
-            "cloud-config",
+            "runcmd",
             Some(2),
         ),
         row(

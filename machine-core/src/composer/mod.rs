@@ -120,7 +120,7 @@ impl ComposerSettings {
     /// Reads settings from YAML (durations such as `90s` or `5m`) and validates them.
     pub fn from_yaml(yaml: &str) -> Result<Self> {
         let s: ComposerSettings = crate::spec::from_yaml(yaml)?;
-        s.validate()?;
+        s.validate().map_err(|e| crate::at_document_line(e, yaml))?;
         Ok(s)
     }
 
