@@ -71,10 +71,17 @@ async fn list_follows_next_token_past_150_instances() {
     let owner = common::owner("pages");
     let p = std::sync::Arc::new(common::provider(&moto.endpoint, &owner).await);
     let count = 160;
+    // Sixteen creates at a time: this test is about paging, and a 160-way burst queues
+    // RunInstances behind moto's single process past the 20 s attempt timeout on a
+    // loaded CI machine (each create also makes a tag-filtered lookup after launching,
+    // to settle races).
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(16));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..count {
         let p = p.clone();
+        let slots = slots.clone();
         tasks.spawn(async move {
+            let _slot = slots.acquire_owned().await.expect("semaphore open");
             let spec = common::spec(&format!("page-{i:03}")).with_label("batch", "pages");
             p.create(&spec, None).await.map(|m| m.provider_id)
         });
