@@ -32,6 +32,13 @@ const HOST_KEY_RECHECK: Duration = Duration::from_secs(15);
 const MAX_TOKEN_GENERATIONS: u32 = 8;
 
 /// Instance states a live machine can be in (terminated ones do not count).
+/// How long after its launch a creator waits before it looks for a rival launch of
+/// the same name. EC2 (and moto) report launch times to the second, so two launches in
+/// one second tie and are ordered by instance ID instead; a rival that ties with us
+/// must be visible before we choose, or each creator keeps its own. One second of
+/// granularity plus a margin for the rival's RunInstances to be answered.
+const RACE_WINDOW: Duration = Duration::from_millis(1500);
+
 const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
 
 /// Creates, finds and deletes EC2 instances as machines. See the [crate docs](crate)
@@ -224,8 +231,10 @@ impl AwsProvider {
     /// both saw the name free may both have launched (their client tokens differ when
     /// their specs do; moto ignores tokens altogether). Every creator keeps the oldest
     /// instance of the name, the same one on every replica, and terminates its own launch
-    /// if that is not it.
+    /// if that is not it. It looks only after [`RACE_WINDOW`], so that every launch that
+    /// could tie with ours on launch time is already visible.
     async fn settle_race(&self, spec: &MachineSpec, launched: Instance) -> Result<Machine> {
+        tokio::time::sleep(RACE_WINDOW).await;
         let named = self.by_name(&spec.name).await?;
         let Some(winner) = named.first() else {
             return self.machine(&launched, false).await;
