@@ -45,7 +45,7 @@ use crate::name::MachineName;
 use crate::provisioner::MachineProvisioner;
 use crate::spec::MachineSpec;
 use crate::steps::{Step, StepLayer};
-use crate::user_data::{UserData, UserDataFormat};
+use crate::user_data::{self, UserData, UserDataFormat};
 
 /// The clients the suite drives: all on one backend (one account, one inventory).
 #[derive(Clone)]
@@ -772,6 +772,55 @@ pub async fn oversized_user_data_is_refused_before_any_call(c: &Clients, fx: &Fi
     );
 }
 
+/// User data the provider does not declare (any at all when it declares no delivery, a
+/// format outside its list otherwise) is refused as an invalid spec on `userData`, and
+/// no machine is made.
+pub async fn undeclared_user_data_is_refused(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
+    let undeclared = match &p.capabilities().user_data {
+        None => Some(UserDataFormat::CloudConfig),
+        Some(d) => ALL_FORMATS.into_iter().find(|f| !d.formats.contains(f)),
+    };
+    let Some(format) = undeclared else {
+        return;
+    };
+    let spec = fx.spec("undeclared");
+    let created = p
+        .create(&spec, Some(&sample_user_data(format, "undeclared")))
+        .await;
+    let e = match created {
+        Ok(m) => {
+            fx.cleanup(p, &m).await;
+            panic!("{p}: user data of undeclared format {format:?} was accepted");
+        }
+        Err(e) => e,
+    };
+    assert!(
+        e.kind() == ErrorKind::InvalidSpec && e.field() == Some(user_data::USER_DATA_FIELD),
+        "{p}: user data of undeclared format {format:?} was not refused as an invalid spec on userData: {e}"
+    );
+    let found = p
+        .find(&spec.name)
+        .await
+        .unwrap_or_else(|e| panic!("{p}: find failed: {e}"));
+    assert!(
+        found.is_none(),
+        "{p}: a machine was created with undeclared user data"
+    );
+}
+
+/// Every user-data format, for finding one a provider does not declare.
+const ALL_FORMATS: [UserDataFormat; 8] = [
+    UserDataFormat::CloudConfig,
+    UserDataFormat::ShellScript,
+    UserDataFormat::CloudBoothook,
+    UserDataFormat::Jinja2,
+    UserDataFormat::Mime,
+    UserDataFormat::Ignition,
+    UserDataFormat::PowerShell,
+    UserDataFormat::Raw,
+];
+
 /// A provision cancelled just after the create call leaves a machine that deprovision
 /// finds and deletes.
 pub async fn cancelled_provision_is_found_by_deprovision(c: &Clients, fx: &Fixture) {
@@ -830,6 +879,7 @@ pub async fn run_all(c: &Clients, fx: &Fixture) {
     undeclared_operations_are_refused(c, fx).await;
     user_data_round_trips(c, fx).await;
     oversized_user_data_is_refused_before_any_call(c, fx).await;
+    undeclared_user_data_is_refused(c, fx).await;
     cancelled_provision_is_found_by_deprovision(c, fx).await;
 }
 
@@ -877,6 +927,7 @@ macro_rules! conformance_tests {
             undeclared_operations_are_refused,
             user_data_round_trips,
             oversized_user_data_is_refused_before_any_call,
+            undeclared_user_data_is_refused,
             cancelled_provision_is_found_by_deprovision,
         );
     };

@@ -73,7 +73,7 @@ pub use machine::{
 };
 pub use name::{MachineName, check_dns_label};
 pub use observe::{EventSink, ProgressEvent, Timeline};
-pub use provisioner::{MachineProvisioner, unsupported_power_op};
+pub use provisioner::{DEFAULT_OWNER, MachineProvisioner, unsupported_power_op};
 pub use retry::RetryPolicy;
 pub use software::{
     CAPI_SENTINEL, Completion, CompletionCheck, Mode, SentinelFile, SoftwareProvisioner,

@@ -10,6 +10,10 @@ use crate::name::MachineName;
 use crate::spec::MachineSpec;
 use crate::user_data::UserData;
 
+/// The owner a provider uses when its configuration names none. Controllers sharing
+/// an infrastructure should each set their own.
+pub const DEFAULT_OWNER: &str = "machine-provisioning";
+
 /// Creates, finds and deletes machines on one infrastructure.
 ///
 /// The contract, which [`crate::conformance`] checks for any implementation:
@@ -37,7 +41,10 @@ use crate::user_data::UserData;
 ///   [`Capabilities::host_key_discovery`] says the provider can see them.
 /// - **Specs**: `create` validates the spec itself ([`MachineSpec::validate`] and its own
 ///   provider settings) before any API call, since callers need not go through the
-///   composer.
+///   composer, and admits its user data with [`crate::user_data::admit`] against its
+///   own [`Capabilities::user_data`].
+/// - **Default owner**: a provider whose configuration names no owner uses
+///   [`DEFAULT_OWNER`], so that providers of one infrastructure agree.
 /// - **Failed means failed**: report `Failed` only for a machine that will not recover
 ///   (the backend says so). A momentary misread (a timeout, a half-written record) is a
 ///   retryable error instead: the composer gives up on the first `Failed`.

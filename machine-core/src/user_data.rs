@@ -17,9 +17,11 @@
 //!   part's file name gets a zero-padded index prefix: scripts run in the order the parts
 //!   were given, and two parts can no longer overwrite each other by sharing a name.
 
+mod admit;
 mod conflicts;
 mod waiter;
 
+pub use admit::{USER_DATA_FIELD, admit};
 pub use conflicts::{STRICT_COMMANDS, check_conflicts, compose};
 pub use waiter::{CompletionWaiter, VERDICT_RESULT_PATH, WAITER_MARKER};
 
@@ -340,7 +342,7 @@ pub fn fit(
 ) -> Result<UserData> {
     if !delivery.formats.contains(&user_data.format) {
         return Err(Error::invalid_spec(
-            "userData",
+            USER_DATA_FIELD,
             format!(
                 "format {:?} is not accepted by this provider (accepted: {:?})",
                 user_data.format, delivery.formats
@@ -380,7 +382,7 @@ pub fn fit(
         .map(|(len, name)| format!("{name} ({len} B)"))
         .collect();
     Err(Error::invalid_spec(
-        "userData",
+        USER_DATA_FIELD,
         format!(
             "{counted} bytes{} exceed the provider's limit of {limit} bytes ({:?} basis); largest parts: {}",
             gzipped_len

@@ -37,6 +37,8 @@ enum Broken {
     PowerAlwaysOk,
     /// get drops the labels.
     GetDropsLabels,
+    /// create checks only the size of user data, not its format.
+    AcceptsAnyFormat,
 }
 
 struct Stored {
@@ -119,7 +121,9 @@ impl MachineProvisioner for Memory {
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
         if let Some(ud) = user_data {
             let delivery = self.caps.user_data.as_ref().unwrap();
-            if ud.bytes.len() > delivery.max_bytes || !delivery.formats.contains(&ud.format) {
+            let undeclared =
+                !delivery.formats.contains(&ud.format) && self.broken != Broken::AcceptsAnyFormat;
+            if ud.bytes.len() > delivery.max_bytes || undeclared {
                 return Err(Error::invalid_spec("userData", "does not fit"));
             }
         }
@@ -306,4 +310,10 @@ async fn power_operations_answered_ok_against_the_capabilities_fail() {
 #[should_panic(expected = "labels do not round-trip: get lost label")]
 async fn get_dropping_labels_fails() {
     conformance::run_all(&clients(Broken::GetDropsLabels), &fixture()).await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "user data of undeclared format")]
+async fn accepting_undeclared_user_data_fails() {
+    conformance::run_all(&clients(Broken::AcceptsAnyFormat), &fixture()).await;
 }

@@ -116,7 +116,10 @@ async fn decorators_show_what_they_wrap() {
         ),
         RetryPolicy::default(),
     );
-    assert_eq!(p.to_string(), "Retrying(RateLimited(sim(owner=sim), 5/s))");
+    assert_eq!(
+        p.to_string(),
+        "Retrying(RateLimited(sim(owner=machine-provisioning), 5/s))"
+    );
 }
 
 #[tokio::test]

@@ -348,7 +348,7 @@ impl Default for AwsConfigBuilder {
             region: None,
             endpoint_url: None,
             credentials: CredentialSource::DefaultChain,
-            owner: "machine-provisioning".to_owned(),
+            owner: machine_core::DEFAULT_OWNER.to_owned(),
             image: None,
             instance_type: None,
             defaults: Ec2Settings::default(),

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use aws_sdk_ec2::types::Instance;
 use machine_core::{
-    Capabilities, ContentEncoding, Error, ErrorKind, Labels, Machine, MachineName,
-    MachineProvisioner, MachineSpec, PowerOp, PowerOperations, ProviderId, Result, SizeBasis,
-    UserData, UserDataDelivery, UserDataFormat,
+    Capabilities, Error, ErrorKind, Labels, Machine, MachineName, MachineProvisioner, MachineSpec,
+    PowerOp, PowerOperations, ProviderId, Result, SizeBasis, UserData, UserDataDelivery,
+    UserDataFormat, user_data,
 };
 use sha2::{Digest, Sha256};
 
@@ -302,37 +302,6 @@ impl AwsProvider {
         m.access.host_keys = keys;
         Ok(m)
     }
-
-    fn check_user_data(&self, ud: &UserData) -> Result<()> {
-        let Some(delivery) = &self.capabilities.user_data else {
-            return Err(Error::invalid_spec(
-                "userData",
-                "user data is not supported",
-            ));
-        };
-        if !delivery.formats.contains(&ud.format) {
-            return Err(Error::invalid_spec(
-                "userData",
-                format!("format {:?} is not accepted", ud.format),
-            ));
-        }
-        let counted = delivery.size_basis.counted(ud.bytes.len());
-        if counted > delivery.max_bytes {
-            return Err(Error::invalid_spec(
-                "userData",
-                format!(
-                    "{counted} bytes{} exceed EC2's limit of {} bytes (counted before base64)",
-                    if ud.encoding == ContentEncoding::Gzip {
-                        " of gzip"
-                    } else {
-                        ""
-                    },
-                    delivery.max_bytes
-                ),
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// What EC2 says about one instance id.
@@ -375,9 +344,7 @@ impl AwsProvider {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| self.config.instance_type.clone());
         settings::check_instance_type(&instance_type)?;
-        if let Some(ud) = user_data {
-            self.check_user_data(ud)?;
-        }
+        user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
         if image.starts_with("resolve:ssm:")
             && settings
                 .root_volume
@@ -568,7 +535,7 @@ impl MachineProvisioner for AwsProvider {
         let Some(bytes) = self.ec2.user_data(instance_id(id)?).await? else {
             return Ok(None);
         };
-        Ok(Some(sniff(bytes)))
+        Ok(Some(UserData::sniff(bytes)))
     }
 
     async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
@@ -584,81 +551,5 @@ impl MachineProvisioner for AwsProvider {
     async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {
         self.owned(id).await?;
         self.ec2.console_output(instance_id(id)?).await
-    }
-}
-
-/// User data read back from EC2, with its compression and format recognised from the
-/// bytes (EC2 keeps neither).
-fn sniff(bytes: Vec<u8>) -> UserData {
-    let gzip = bytes.starts_with(&[0x1f, 0x8b]);
-    let mut ud = UserData {
-        format: UserDataFormat::Raw,
-        encoding: if gzip {
-            ContentEncoding::Gzip
-        } else {
-            ContentEncoding::Identity
-        },
-        bytes,
-    };
-    let plain = ud.decoded().unwrap_or_default();
-    let head = String::from_utf8_lossy(&plain[..plain.len().min(256)]).into_owned();
-    let lower = head.to_ascii_lowercase();
-    ud.format = if head.starts_with("#cloud-config") {
-        UserDataFormat::CloudConfig
-    } else if head.starts_with("#cloud-boothook") {
-        UserDataFormat::CloudBoothook
-    } else if head.starts_with("## template: jinja") {
-        UserDataFormat::Jinja2
-    } else if head.starts_with("#!") {
-        UserDataFormat::ShellScript
-    } else if lower.contains("content-type: multipart/") {
-        UserDataFormat::Mime
-    } else if lower.trim_start().starts_with("<powershell>")
-        || lower.trim_start().starts_with("<script>")
-    {
-        UserDataFormat::PowerShell
-    } else if head.trim_start().starts_with('{') && head.contains("\"ignition\"") {
-        UserDataFormat::Ignition
-    } else {
-        UserDataFormat::Raw
-    };
-    ud
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn read_back_user_data_is_recognised() {
-        for (text, format) in [
-            ("#cloud-config\n{}\n", UserDataFormat::CloudConfig),
-            ("#!/bin/sh\necho\n", UserDataFormat::ShellScript),
-            (
-                "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=x\n",
-                UserDataFormat::Mime,
-            ),
-            (
-                "<powershell>\nGet-Date\n</powershell>",
-                UserDataFormat::PowerShell,
-            ),
-            (
-                "{\"ignition\": {\"version\": \"3.4.0\"}}",
-                UserDataFormat::Ignition,
-            ),
-            ("hello", UserDataFormat::Raw),
-        ] {
-            let ud = sniff(text.as_bytes().to_vec());
-            assert_eq!(ud.format, format, "{text:?}");
-            assert_eq!(ud.encoding, ContentEncoding::Identity);
-        }
-        let gz = machine_core::user_data::gzip(
-            b"#cloud-config\nruncmd: []\n",
-            machine_core::user_data::GZIP_BEST_LEVEL,
-        );
-        let ud = sniff(gz);
-        assert_eq!(ud.encoding, ContentEncoding::Gzip);
-        assert_eq!(ud.format, UserDataFormat::CloudConfig);
-        assert_eq!(ud.decoded().unwrap(), b"#cloud-config\nruncmd: []\n");
     }
 }

@@ -295,5 +295,5 @@ async fn user_data_is_refused_before_any_host_is_touched() {
     let ud = UserData::new(UserDataFormat::ShellScript, "#!/bin/sh\ntrue\n");
     let e = p.create(&spec("x"), Some(&ud)).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidSpec);
-    assert_eq!(e.field(), Some("user_data"));
+    assert_eq!(e.field(), Some("userData"));
 }

@@ -76,7 +76,7 @@ pub struct LocalConfig {
 }
 
 fn default_owner() -> String {
-    "machine-core".to_owned()
+    machine_core::DEFAULT_OWNER.to_owned()
 }
 
 fn default_run_dir() -> PathBuf {

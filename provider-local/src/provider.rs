@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use machine_core::{
     Access, Address, AddressKind, Capabilities, Error, ErrorKind, Labels, Machine, MachineName,
     MachineProvisioner, MachineSpec, PowerOp, PowerOperations, ProviderId, Result, SizeBasis,
-    SshEndpoint, UserData, UserDataDelivery, UserDataFormat,
+    SshEndpoint, UserData, UserDataDelivery, UserDataFormat, user_data,
 };
 
 use crate::config::{LocalConfig, Subnet};
@@ -201,32 +201,6 @@ impl LocalProvider {
     fn record(&self, name: &MachineName) -> Result<Option<(PathBuf, MachineRecord)>> {
         let dir = self.machine_dir(name);
         Ok(state::read(&dir)?.map(|r| (dir, r)))
-    }
-
-    fn check_user_data(&self, ud: &UserData) -> Result<()> {
-        let Some(delivery) = &self.capabilities.user_data else {
-            return Err(Error::invalid_spec("userData", "user data is not accepted"));
-        };
-        if ud.bytes.len() > delivery.max_bytes {
-            return Err(Error::invalid_spec(
-                "userData",
-                format!(
-                    "{} bytes of user data exceed the limit of {} bytes",
-                    ud.bytes.len(),
-                    delivery.max_bytes
-                ),
-            ));
-        }
-        if !delivery.formats.contains(&ud.format) {
-            return Err(Error::invalid_spec(
-                "userData",
-                format!(
-                    "user data format {:?} is not accepted by cloud-init's NoCloud seed here",
-                    ud.format
-                ),
-            ));
-        }
-        Ok(())
     }
 
     fn create_blocking(&self, spec: &MachineSpec, ud: Option<&UserData>) -> Result<Machine> {
@@ -482,9 +456,7 @@ impl MachineProvisioner for LocalProvider {
 
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
         spec.validate()?;
-        if let Some(ud) = user_data {
-            self.check_user_data(ud)?;
-        }
+        user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
         let spec = spec.clone();
         let ud = user_data.cloned();
         self.blocking(move |p| p.create_blocking(&spec, ud.as_ref()))

@@ -10,7 +10,7 @@
 //! let provider = SimProvider::new(SimCloud::new(), SimConfig::default()).unwrap();
 //! let limited = RateLimited::new(provider, NonZeroU32::new(10).unwrap());
 //! let p = Retrying::new(limited, RetryPolicy::default());
-//! assert_eq!(p.to_string(), "Retrying(RateLimited(sim(owner=sim), 10/s))");
+//! assert_eq!(p.to_string(), "Retrying(RateLimited(sim(owner=machine-provisioning), 10/s))");
 //! ```
 //!
 //! Each implementation denies `clippy::missing_trait_methods`, so a method added to the

@@ -35,7 +35,7 @@ use crate::provisioner::{MachineProvisioner, unsupported_power_op};
 use crate::software::CAPI_SENTINEL;
 use crate::spec::MachineSpec;
 use crate::transport::ExecOutput;
-use crate::user_data::{UserData, UserDataFormat};
+use crate::user_data::{self, UserData, UserDataFormat};
 
 /// How a [`SimProvider`] behaves.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,7 +62,7 @@ impl Default for SimConfig {
     /// Owner `sim`, instant boot and delete, 16 KiB user data with gzip, no failures.
     fn default() -> Self {
         SimConfig {
-            owner: "sim".to_owned(),
+            owner: crate::DEFAULT_OWNER.to_owned(),
             boot_latency: Duration::ZERO,
             boot_jitter: Duration::ZERO,
             delete_latency: Duration::ZERO,
@@ -384,18 +384,7 @@ impl MachineProvisioner for SimProvider {
 
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
         spec.validate()?;
-        if let Some(ud) = user_data
-            && ud.bytes.len() > self.config.user_data_limit
-        {
-            return Err(Error::invalid_spec(
-                "userData",
-                format!(
-                    "{} bytes exceed the simulated provider's limit of {}",
-                    ud.bytes.len(),
-                    self.config.user_data_limit
-                ),
-            ));
-        }
+        user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
         let (jitter, boot_fails) = {
             let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
             let jitter = self.config.boot_jitter.mul_f64(rng.f64());

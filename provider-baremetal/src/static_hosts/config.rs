@@ -81,7 +81,7 @@ pub struct HostEntry {
 }
 
 fn default_owner() -> String {
-    "machine-core".to_owned()
+    machine_core::DEFAULT_OWNER.to_owned()
 }
 
 fn default_claim_dir() -> String {
@@ -326,7 +326,7 @@ hosts:
         let b = c.host("rack1-b").unwrap();
         assert_eq!((b.port, b.user.as_str(), b.sudo), (2222, "ops", true));
         let d = StaticHostsConfig::from_yaml("hosts: [{name: h, address: h}]\n").unwrap();
-        assert_eq!(d.owner, "machine-core");
+        assert_eq!(d.owner, machine_core::DEFAULT_OWNER);
         assert_eq!(d.claim_dir, DEFAULT_CLAIM_DIR);
         assert_eq!(d.probe_timeout, DEFAULT_PROBE_TIMEOUT);
     }

@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 use machine_core::{
     Access, Address, AddressKind, Capabilities, Connector, Error, Labels, Machine, MachineName,
     MachineProvisioner, MachineSpec, Phase, PowerOp, PowerOperations, ProviderId, Result,
-    SshEndpoint, Transport, UserData, unsupported_power_op,
+    SshEndpoint, Transport, UserData, unsupported_power_op, user_data,
 };
 use serde::{Deserialize, Serialize};
 
@@ -322,12 +322,8 @@ impl MachineProvisioner for StaticHostsProvider {
     }
 
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
-        if user_data.is_some() {
-            return Err(Error::invalid_spec(
-                "user_data",
-                "static hosts are running already and take no user data; apply software with decoupled layers",
-            ));
-        }
+        // Static hosts run already: their capabilities declare no user-data delivery.
+        user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
         let settings: StaticHostSettings = spec.provider_settings()?;
         let candidates = self.candidates(&settings)?;
         if let Some(existing) = self.find(&spec.name).await? {
