@@ -1,10 +1,11 @@
 //! Helpers of the end-to-end tests: a [`Lab`] (a bridge, subnet and run directory of
-//! one test's own, torn down when dropped, also when the test panics) and a
+//! one test's own, torn down when dropped, also when the test panics, and swept by the
+//! next lab when its test process was killed) and a
 //! [`ClientKey`] whose SSH config trusts only pinned host keys.
 //!
 //! The tests need root and the Debian root of `scripts/peers/40-local-root.sh`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,8 +43,9 @@ impl Lab {
                 break format!("{stem}0/24");
             }
         };
+        sweep_stale_labs();
         let bridge = format!("mpe{:06x}", fastrand::u32(..) & 0xffffff);
-        let run_dir = PathBuf::from(format!("/run/mp-e2e/{bridge}"));
+        let run_dir = Path::new(LAB_ROOT).join(&bridge);
         let config = LocalConfig::new("lab")
             .with_bridge(&bridge)
             .with_subnet(&subnet)
@@ -51,12 +53,29 @@ impl Lab {
         let keeper = LocalProvider::new(config).unwrap_or_else(|e| {
             panic!("provider-local cannot run here: {e} (run as root after scripts/peers/40-local-root.sh)")
         });
+        // Who owns the lab, so that a later lab can sweep it if this process is killed
+        // (a killed process runs no Drop).
+        std::fs::create_dir_all(&run_dir).expect("lab run directory");
+        std::fs::write(
+            run_dir.join(LAB_FILE),
+            format!("{} {subnet}\n", std::process::id()),
+        )
+        .expect("lab owner file");
         Lab {
             bridge,
             subnet,
             run_dir,
             keeper,
         }
+    }
+
+    /// The lab bridge's own address, which machines reach the host at (a phone-home
+    /// listener bound to every address of the host is reached there).
+    pub fn gateway(&self) -> std::net::Ipv4Addr {
+        self.subnet
+            .parse::<provider_local::Subnet>()
+            .expect("the lab's subnet")
+            .gateway()
     }
 
     /// A provider of `owner` in this lab.
@@ -69,6 +88,43 @@ impl Lab {
             .with_subnet(&self.subnet)
             .with_run_dir(&self.run_dir);
         Arc::new(LocalProvider::new(config).expect("provider"))
+    }
+}
+
+/// Where every lab's run directory lives, one directory per lab named by its bridge.
+pub const LAB_ROOT: &str = "/run/mp-e2e";
+
+/// The file in a lab's run directory that holds the owning process ID and the subnet.
+pub const LAB_FILE: &str = "lab";
+
+/// Tears down every lab whose test process is gone: its machines, bridge and run
+/// directory. A lab whose process lives, or that has no owner file yet, is left alone.
+pub fn sweep_stale_labs() {
+    let Ok(labs) = std::fs::read_dir(LAB_ROOT) else {
+        return;
+    };
+    for lab in labs.flatten() {
+        let dir = lab.path();
+        let Ok(owner) = std::fs::read_to_string(dir.join(LAB_FILE)) else {
+            continue;
+        };
+        let mut words = owner.split_whitespace();
+        let (Some(pid), Some(subnet)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        let bridge = lab.file_name().to_string_lossy().into_owned();
+        eprintln!("sweeping lab {bridge}, left by killed test process {pid}");
+        let config = LocalConfig::new("lab")
+            .with_bridge(&bridge)
+            .with_subnet(subnet)
+            .with_run_dir(&dir);
+        let swept = LocalProvider::new(config).and_then(|p| p.teardown());
+        if let Err(e) = swept {
+            eprintln!("sweeping lab {bridge} failed: {e}");
+        }
     }
 }
 

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use bootstrap_cloudinit::CloudInitStatus;
+use bootstrap_cloudinit::{CloudInitStatus, PhoneHomeCheck, PhoneHomeListener};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
-    CancellationToken, CompletionCheck, Composer, MachineName, MachineProvisioner, MachineSpec,
-    Phase, SentinelFile,
+    CancellationToken, Completion, CompletionCheck, Composer, MachineName, MachineProvisioner,
+    MachineSpec, Phase, SentinelFile,
 };
 use tests::{ClientKey, Lab};
 
@@ -18,6 +18,17 @@ async fn provision_failing(
     owner: &str,
     coupled: bool,
     completion: Arc<dyn CompletionCheck>,
+) -> (String, Phase) {
+    provision_failing_then(lab, owner, coupled, completion, async {}).await
+}
+
+/// As [`provision_failing`], awaiting `before_delete` before the machine is deleted.
+async fn provision_failing_then(
+    lab: &Lab,
+    owner: &str,
+    coupled: bool,
+    completion: Arc<dyn CompletionCheck>,
+    before_delete: impl std::future::Future<Output = ()>,
 ) -> (String, Phase) {
     let provider = lab.provider(owner);
     let key = ClientKey::new();
@@ -55,6 +66,7 @@ async fn provision_failing(
         .unwrap()
         .expect("machine")
         .phase;
+    before_delete.await;
     composer
         .deprovision(&spec.name, &CancellationToken::new())
         .await
@@ -81,6 +93,38 @@ async fn a_failing_coupled_step_with_the_cloud_init_status_check_is_never_ready(
     let (said, phase) =
         provision_failing(&lab, "status", true, Arc::new(CloudInitStatus::new())).await;
     assert_eq!(phase, Phase::Failed, "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_coupled_step_with_the_phone_home_check_is_never_ready() {
+    let lab = Lab::new();
+    // Every address of the host, so the machine reaches it at the bridge's gateway.
+    let listener = Arc::new(
+        PhoneHomeListener::bind("0.0.0.0:0".parse().unwrap())
+            .await
+            .expect("phone-home listener"),
+    );
+    let check = PhoneHomeCheck::new(listener.clone(), lab.gateway().to_string());
+    // The provider may see cloud-init's failure before the post arrives; the post must
+    // still come, with the failure, before the machine goes.
+    let posted = async {
+        for _ in 0..300 {
+            if listener.report_by_hostname("phone-1").is_some() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    let (said, phase) = provision_failing_then(&lab, "phone", true, Arc::new(check), posted).await;
+    assert_eq!(phase, Phase::Failed, "{said}");
+    assert!(said.contains("broken.sh"), "{said}");
+    let report = listener
+        .report_by_hostname("phone-1")
+        .unwrap_or_else(|| panic!("the machine never phoned home; the composer said: {said}"));
+    match report.verdict() {
+        Some(Completion::Failed(why)) => assert!(why.contains("broken.sh"), "{why}"),
+        other => panic!("the post's verdict is {other:?}, not Failed: {report:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
