@@ -7,12 +7,14 @@
 //! background tasks), so ten thousand machines cost only memory.
 //!
 //! The sim's init stands in for cloud-init: at boot it stores the user data at
-//! `/var/lib/cloud/instance/user-data.txt`, records it as run, and writes the Cluster API
-//! sentinel file ([`crate::CAPI_SENTINEL`]) as a successful bootstrap would. It does not
-//! execute scripts. Decoupled layers reach the machine through [`SimConnector`], which
+//! `/var/lib/cloud/instance/user-data.txt`, records it as run, and, when the user data
+//! holds a completion waiter reporting to files (what [`crate::SentinelFile`] adds),
+//! writes its success file as a successful bootstrap would. It does not execute
+//! scripts, and writes no sentinel that the user data did not ask for. Decoupled layers reach the machine through [`SimConnector`], which
 //! records files and commands so tests can assert what happened on each machine.
 
 mod host;
+mod mime;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -32,7 +34,6 @@ use crate::error::{Error, Result};
 use crate::machine::{Address, AddressKind, Labels, Machine, Phase, ProviderId, SshEndpoint};
 use crate::name::MachineName;
 use crate::provisioner::{MachineProvisioner, unsupported_power_op};
-use crate::software::CAPI_SENTINEL;
 use crate::spec::MachineSpec;
 use crate::transport::ExecOutput;
 use crate::user_data::{self, UserData, UserDataFormat};
@@ -219,23 +220,29 @@ fn boot(m: &mut SimMachine) {
     }
     m.booted = true;
     let mut host = m.cell.lock();
-    if let Some(ud) = &m.user_data {
-        let content = ud.decoded().unwrap_or_else(|_| ud.bytes.clone());
+    let Some(ud) = &m.user_data else {
+        return;
+    };
+    let content = ud.decoded().unwrap_or_else(|_| ud.bytes.clone());
+    host.commands.push(format!(
+        "[init] ran user data ({:?}, {} bytes)",
+        ud.format,
+        ud.bytes.len()
+    ));
+    // Only a completion waiter in the user data reports success, as on a real machine:
+    // user data without one leaves no sentinel for a check to find.
+    let success = waiter_success_file(&content);
+    host.files.insert(
+        "/var/lib/cloud/instance/user-data.txt".to_owned(),
+        SimFile {
+            content,
+            mode: 0o600,
+            owner: Some("root".to_owned()),
+        },
+    );
+    if let Some(path) = success {
         host.files.insert(
-            "/var/lib/cloud/instance/user-data.txt".to_owned(),
-            SimFile {
-                content,
-                mode: 0o600,
-                owner: Some("root".to_owned()),
-            },
-        );
-        host.commands.push(format!(
-            "[init] ran user data ({:?}, {} bytes)",
-            ud.format,
-            ud.bytes.len()
-        ));
-        host.files.insert(
-            CAPI_SENTINEL.to_owned(),
+            path,
             SimFile {
                 content: b"success\n".to_vec(),
                 mode: 0o644,
@@ -243,6 +250,27 @@ fn boot(m: &mut SimMachine) {
             },
         );
     }
+}
+
+/// The success file a [`CompletionWaiter::files`](crate::user_data::CompletionWaiter::files)
+/// part in `user_data` would write, read from the waiter's settings word.
+fn waiter_success_file(user_data: &[u8]) -> Option<String> {
+    mime::parts(user_data)
+        .iter()
+        .find_map(|part| waiter_success_in_part(&String::from_utf8_lossy(part)))
+}
+
+fn waiter_success_in_part(text: &str) -> Option<String> {
+    let line = text
+        .lines()
+        .find(|l| l.contains(user_data::WAITER_MARKER) && l.contains("-c"))?;
+    let words = shlex::split(line)?;
+    let at = words.iter().position(|w| w == user_data::WAITER_MARKER)?;
+    let settings: serde_json::Value = serde_json::from_str(words.get(at + 1)?).ok()?;
+    let report = settings.get("report")?;
+    (report.get("kind")?.as_str()? == "files")
+        .then(|| report.get("success")?.as_str().map(str::to_owned))
+        .flatten()
 }
 
 /// The in-memory provider. See the [module docs](self).
@@ -508,5 +536,52 @@ impl MachineProvisioner for SimProvider {
             log.push_str("-----END SSH HOST KEY KEYS-----\n");
         }
         Ok(Some(log))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::user_data::CompletionWaiter;
+    use crate::{CAPI_SENTINEL, MachineSpec};
+
+    async fn booted_host(user_data: UserData) -> SimHost {
+        let cloud = SimCloud::new();
+        let config = SimConfig {
+            boot_latency: Duration::ZERO,
+            boot_jitter: Duration::ZERO,
+            ..SimConfig::default()
+        };
+        let p = SimProvider::new(cloud.clone(), config).unwrap();
+        let spec = MachineSpec::new(MachineName::new("m").unwrap());
+        let m = p.create(&spec, Some(&user_data)).await.unwrap();
+        assert_eq!(
+            p.get(&m.provider_id).await.unwrap().phase,
+            Phase::Provisioned
+        );
+        cloud.host(&m.provider_id).unwrap()
+    }
+
+    #[tokio::test]
+    async fn only_a_completion_waiter_in_the_user_data_writes_the_sentinel() {
+        let plain = UserData::new(UserDataFormat::CloudConfig, "#cloud-config\n{}\n");
+        let host = booted_host(plain).await;
+        assert!(
+            !host.files.contains_key(CAPI_SENTINEL),
+            "{:?}",
+            host.files.keys()
+        );
+
+        let waiter = CompletionWaiter::files("/run/a b/done", "/run/a b/failed").part();
+        let ud = UserData::new(UserDataFormat::ShellScript, waiter.content.clone());
+        let host = booted_host(ud).await;
+        assert_eq!(
+            host.files
+                .get("/run/a b/done")
+                .map(|f| f.content.as_slice()),
+            Some(&b"success\n"[..]),
+            "{:?}",
+            host.files.keys()
+        );
     }
 }
