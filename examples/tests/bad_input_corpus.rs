@@ -7,14 +7,12 @@
 //! the expected line. provider-aws has its own rows in provider-aws/tests/bad_input_corpus.rs
 //! (this crate does not build the AWS SDK).
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::{Duration, Instant};
-
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, Templates};
 use bootstrap_ssh::{HostKeyPin, SshTarget};
+use machine_core::conformance::{BadInput, check_bad_inputs};
 use machine_core::user_data::assemble;
 use machine_core::{
-    ComposerSettings, ErrorKind, FleetSpec, MachineName, MachineSpec, ProviderId, UserDataFormat,
+    ComposerSettings, FleetSpec, MachineName, MachineSpec, ProviderId, UserDataFormat,
     UserDataPart, check_ssh_public_key,
 };
 use provider_baremetal::StaticHostsConfig;
@@ -25,10 +23,6 @@ const KEY: &str =
 const BLOB: &str = "AAAAC3NzaC1lZDI1NTE5AAAAIOXLZCJgZESodBc7Vjr3vb4fE0hSuOzUa5iERyuZmke1";
 const RSA_BLOB: &str = "AAAAB3NzaC1yc2EAAAADAQABAAAAgQDsHeU5QhAuez5UfKd786Bn2u/uxsI5duc8/45A4Po1DTyViio3ymH/y1b3YuaJFxXAm1ORGUOtEp52ZF1ifdvA2KYM3zVPX+UuCg6cPHMd/+i+9zmQ6nvYhoZMF55TQdFmkVRDV1Tf5O0y8OIgp+oh/E8LdoZllsZLKZXM6/xBJQ==";
 
-/// The longest time one case may take (a debug build on a shared 2-core machine).
-const CASE_TIME: Duration = Duration::from_millis(750);
-/// The longest error message a case may give: echoed values are cut.
-const MAX_MESSAGE: usize = 1_000;
 /// The most memory the whole run may reach, inputs included (two 65 MiB documents).
 const MAX_PEAK_RSS_KIB: u64 = 768 * 1024;
 
@@ -54,33 +48,10 @@ enum Input {
     Filename(String),
 }
 
-/// Where the error must point.
-enum Field {
-    /// Exactly this field path.
-    Is(String),
-    /// No field: the error is the whole document's.
-    Document,
-}
-
-struct Case {
-    name: &'static str,
-    input: Input,
-    field: Field,
-    line: Option<u32>,
-}
+type Case = BadInput<Input>;
 
 fn row(name: &'static str, input: Input, field: &str, line: Option<u32>) -> Case {
-    let field = if field.is_empty() {
-        Field::Document
-    } else {
-        Field::Is(field.to_owned())
-    };
-    Case {
-        name,
-        input,
-        field,
-        line,
-    }
+    BadInput::new(name, input, field, line)
 }
 
 fn s(text: &str) -> String {
@@ -1087,55 +1058,7 @@ fn cases() -> Vec<Case> {
 fn every_bad_input_is_refused_by_field_and_line_without_panic_in_bounded_time_and_memory() {
     let cases = cases();
     assert!(cases.len() >= 100, "{} cases", cases.len());
-    let mut failures = Vec::new();
-    for case in &cases {
-        let started = Instant::now();
-        let outcome = catch_unwind(AssertUnwindSafe(|| run(&case.input)));
-        let took = started.elapsed();
-        let mut fail = |why: String| failures.push(format!("{}: {why}", case.name));
-        if took > CASE_TIME {
-            fail(format!("took {took:?}"));
-        }
-        let e = match outcome {
-            Err(_) => {
-                fail("panicked".to_owned());
-                continue;
-            }
-            Ok(Ok(())) => {
-                fail("was accepted".to_owned());
-                continue;
-            }
-            Ok(Err(e)) => e,
-        };
-        let shown = e.to_string();
-        if e.kind() != ErrorKind::InvalidSpec {
-            fail(format!("kind {:?}: {shown}", e.kind()));
-        }
-        match (&case.field, e.field()) {
-            (Field::Is(want), Some(got)) if want == got => {}
-            (Field::Document, None) => {}
-            (_, got) => fail(format!("field {got:?}: {shown}")),
-        }
-        if let Some(line) = case.line
-            && !shown.contains(&format!("line {line}"))
-        {
-            fail(format!("no line {line}: {shown}"));
-        }
-        if shown.len() > MAX_MESSAGE {
-            fail(format!(
-                "message of {} bytes: {}",
-                shown.len(),
-                &shown[..200]
-            ));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    check_bad_inputs(&cases, run);
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let peak: u64 = status
         .lines()

@@ -2,28 +2,13 @@
 //! scripts/peers/40-local-root.sh); each reports what it got, read back over SSH, and
 //! nothing of the run is left on the host afterwards.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod common;
 
-/// The quickstart example binary, built by `scripts/test` before the tests run.
-fn quickstart() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|debug| debug.join("examples").join("quickstart"))
-        .unwrap();
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build -p examples --example quickstart` (scripts/test builds it first)",
-        bin.display()
-    );
-    bin
-}
+use std::process::{Command, Stdio};
 
 #[test]
 fn quickstart_local_runs_the_three_machines_for_real_and_leaves_nothing() {
-    let child = Command::new(quickstart())
+    let child = Command::new(common::quickstart())
         .arg("--local")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -2,29 +2,14 @@
 //! binary runs with an inventory naming a real sshd on a loopback port, claims it,
 //! applies its layer over SSH, shows the file it wrote and releases the host.
 
+mod common;
+
 #[path = "../../bootstrap-ssh/tests/support/mod.rs"]
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use support::{Sshd, SshdOptions};
-
-/// The quickstart example binary, built by `scripts/test` before the tests run.
-fn quickstart() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|debug| debug.join("examples").join("quickstart"))
-        .unwrap();
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build -p examples --example quickstart` (scripts/test builds it first)",
-        bin.display()
-    );
-    bin
-}
 
 #[test]
 fn the_decoupled_machine_runs_on_a_real_host_given_by_an_inventory() {
@@ -45,7 +30,7 @@ fn the_decoupled_machine_runs_on_a_real_host_given_by_an_inventory() {
         ),
     )
     .unwrap();
-    let out = Command::new(quickstart())
+    let out = Command::new(common::quickstart())
         .args(["--hosts", inventory.to_str().unwrap()])
         .args(["--key", sshd.client_key.to_str().unwrap()])
         // Only the inventory's pinned key is trusted: no known_hosts file to fall back on.
@@ -90,7 +75,7 @@ fn a_bad_inventory_is_refused_with_its_field() {
         "hosts:\n  - name: box-1\n    address: h\n    port: 0\n",
     )
     .unwrap();
-    let out = Command::new(quickstart())
+    let out = Command::new(common::quickstart())
         .args(["--hosts", inventory.to_str().unwrap()])
         .output()
         .unwrap();

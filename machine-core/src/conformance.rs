@@ -29,6 +29,10 @@
 //! The suite is unstable: a case may be added in any release, as the contract is written
 //! down further. A provider that fails a new case had a bug the suite did not see before.
 
+mod bad_input;
+
+pub use bad_input::{BadInput, CASE_TIME, MAX_MESSAGE, check_bad_inputs};
+
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

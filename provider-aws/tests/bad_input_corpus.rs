@@ -3,13 +3,10 @@
 //! spec's EC2 settings, each refused by field (and line, for documents), without a panic,
 //! in bounded time. No request is made: nothing here reaches `AwsProvider::new`.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::{Duration, Instant};
-
-use machine_core::{ErrorKind, MachineName, MachineSpec, SecretString};
+use machine_core::conformance::{BadInput, check_bad_inputs};
+use machine_core::{MachineName, MachineSpec, SecretString};
 use provider_aws::{AwsConfig, Ec2Settings};
-
-const CASE_TIME: Duration = Duration::from_millis(750);
+use std::time::Duration;
 
 enum Input {
     /// `AwsConfig::from_yaml` then `build`.
@@ -22,21 +19,10 @@ enum Input {
     Settings(serde_json::Value),
 }
 
-struct Case {
-    name: &'static str,
-    input: Input,
-    /// The field path the error must name; `None`: the whole document's error.
-    field: Option<String>,
-    line: Option<u32>,
-}
+type Case = BadInput<Input>;
 
 fn row(name: &'static str, input: Input, field: &str, line: Option<u32>) -> Case {
-    Case {
-        name,
-        input,
-        field: (!field.is_empty()).then(|| field.to_owned()),
-        line,
-    }
+    BadInput::new(name, input, field, line)
 }
 
 fn run(input: &Input) -> machine_core::Result<()> {
@@ -226,46 +212,5 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn every_bad_aws_input_is_refused_by_field_and_line_without_panic_in_bounded_time() {
-    let mut failures = Vec::new();
-    for case in cases() {
-        let started = Instant::now();
-        let outcome = catch_unwind(AssertUnwindSafe(|| run(&case.input)));
-        let took = started.elapsed();
-        let mut fail = |why: String| failures.push(format!("{}: {why}", case.name));
-        if took > CASE_TIME {
-            fail(format!("took {took:?}"));
-        }
-        let e = match outcome {
-            Err(_) => {
-                fail("panicked".to_owned());
-                continue;
-            }
-            Ok(Ok(())) => {
-                fail("was accepted".to_owned());
-                continue;
-            }
-            Ok(Err(e)) => e,
-        };
-        let shown = e.to_string();
-        if e.kind() != ErrorKind::InvalidSpec {
-            fail(format!("kind {:?}: {shown}", e.kind()));
-        }
-        if e.field() != case.field.as_deref() {
-            fail(format!("field {:?}: {shown}", e.field()));
-        }
-        if let Some(line) = case.line
-            && !shown.contains(&format!("line {line}"))
-        {
-            fail(format!("no line {line}: {shown}"));
-        }
-        if shown.len() > 1_000 {
-            fail(format!("message of {} bytes", shown.len()));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    check_bad_inputs(&cases(), run);
 }
