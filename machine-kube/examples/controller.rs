@@ -1,0 +1,68 @@
+//! A controller for `Machine` objects in the cluster of your kubeconfig, with the
+//! built-in simulator as its provider (`sim`) and one layer (`hello`, a file written
+//! by user data).
+//!
+//! ```text
+//! cargo run -p machine-kube --example controller -- --crd | kubectl apply -f -
+//! cargo run -p machine-kube --example controller
+//! kubectl apply -f - <<'YAML'
+//! apiVersion: machine-provisioning.dev/v1alpha1
+//! kind: Machine
+//! metadata: { name: web-1 }
+//! spec: { provider: sim, layers: [hello], machine: { labels: { team: web } } }
+//! YAML
+//! kubectl get machines   # Phase Ready, a sim:// providerID
+//! ```
+
+use std::sync::Arc;
+
+use kube::{Api, Client, CustomResourceExt};
+use machine_core::sim::{SimCloud, SimConfig, SimProvider};
+use machine_core::steps::{Step, StepLayer};
+use machine_core::{Composer, Error};
+use machine_kube::{Context, MachineObject, Registry};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    if std::env::args().any(|a| a == "--crd") {
+        print!("{}", serde_saphyr::to_string(&MachineObject::crd())?);
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,machine_kube=debug".into()),
+        )
+        .init();
+    let sim = Arc::new(SimProvider::new(SimCloud::new(), SimConfig::default())?);
+    let hello = Arc::new(StepLayer::new(
+        "hello",
+        vec![Step::write_file("/etc/hello", "hello from machine-kube\n")],
+    )?);
+    let registry = Registry::new(move |provider, layers| {
+        if provider != "sim" {
+            return Err(Error::invalid_spec(
+                "spec.provider",
+                format!("{provider:?} is not registered (this example has: sim)"),
+            ));
+        }
+        let mut builder = Composer::builder(sim.clone());
+        for (i, layer) in layers.iter().enumerate() {
+            match layer.as_str() {
+                "hello" => builder = builder.coupled(hello.clone()),
+                other => {
+                    return Err(Error::invalid_spec(
+                        format!("spec.layers[{i}]"),
+                        format!("{other:?} is not registered (this example has: hello)"),
+                    ));
+                }
+            }
+        }
+        builder.build()
+    });
+    let client = Client::try_default().await?;
+    let ctx = Arc::new(Context::new(client.clone(), registry));
+    println!("reconciling Machine objects in every namespace; Ctrl-C stops");
+    machine_kube::run(Api::<MachineObject>::all(client), ctx).await;
+    Ok(())
+}
