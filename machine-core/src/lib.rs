@@ -50,6 +50,7 @@ mod error;
 mod locate;
 mod machine;
 mod name;
+mod nodes;
 mod observe;
 mod provisioner;
 pub mod retry;
@@ -72,6 +73,7 @@ pub use machine::{
     SshEndpoint,
 };
 pub use name::{MachineName, check_dns_label};
+pub use nodes::link_nodes;
 pub use observe::{EventSink, ProgressEvent, Timeline};
 pub use provisioner::{DEFAULT_OWNER, MachineProvisioner, unsupported_power_op};
 pub use retry::RetryPolicy;
