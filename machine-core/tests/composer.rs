@@ -631,20 +631,14 @@ struct Gauge {
     max: std::sync::atomic::AtomicUsize,
 }
 
-#[async_trait::async_trait]
-impl machine_core::SoftwareProvisioner for Gauge {
+impl machine_core::Software for Gauge {
     fn name(&self) -> &str {
         "gauge"
     }
-    fn supports(&self, mode: machine_core::Mode) -> bool {
-        mode == machine_core::Mode::Decoupled
-    }
-    fn user_data_parts(
-        &self,
-        _: &MachineSpec,
-    ) -> machine_core::Result<Vec<machine_core::UserDataPart>> {
-        Ok(vec![])
-    }
+}
+
+#[async_trait::async_trait]
+impl machine_core::DecoupledSoftware for Gauge {
     async fn is_applied(
         &self,
         _: &machine_core::Machine,
@@ -718,14 +712,13 @@ async fn sim_exec_output_keeps_the_tail_within_the_bound() {
 /// A coupled layer that puts a fixed host key on every machine.
 struct PinnedKey;
 
-#[async_trait::async_trait]
-impl machine_core::SoftwareProvisioner for PinnedKey {
+impl machine_core::Software for PinnedKey {
     fn name(&self) -> &str {
         "hostkey"
     }
-    fn supports(&self, mode: machine_core::Mode) -> bool {
-        mode == machine_core::Mode::Coupled
-    }
+}
+
+impl machine_core::CoupledSoftware for PinnedKey {
     fn user_data_parts(
         &self,
         _: &MachineSpec,
@@ -738,20 +731,6 @@ impl machine_core::SoftwareProvisioner for PinnedKey {
     }
     fn host_keys(&self, spec: &MachineSpec) -> machine_core::Result<Vec<String>> {
         Ok(vec![format!("ssh-ed25519 AAAAPINNED {}", spec.name)])
-    }
-    async fn is_applied(
-        &self,
-        _: &machine_core::Machine,
-        _: &dyn machine_core::Transport,
-    ) -> machine_core::Result<bool> {
-        Ok(true)
-    }
-    async fn apply(
-        &self,
-        _: &machine_core::Machine,
-        _: &dyn machine_core::Transport,
-    ) -> machine_core::Result<()> {
-        Ok(())
     }
 }
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::{
-    CancellationToken, Composer, ComposerSettings, Deadlines, ErrorKind, FailurePolicy, Machine,
-    MachineName, MachineProvisioner, MachineSpec, Mode, Phase, Result, SoftwareProvisioner,
-    Transport, UserDataPart,
+    CancellationToken, Composer, ComposerSettings, Deadlines, DecoupledSoftware, ErrorKind,
+    FailurePolicy, Machine, MachineName, MachineProvisioner, MachineSpec, Phase, Result, Software,
+    Transport,
 };
 use tokio::time::Instant;
 
@@ -36,17 +36,14 @@ struct Slow {
     takes: Duration,
 }
 
-#[async_trait]
-impl SoftwareProvisioner for Slow {
+impl Software for Slow {
     fn name(&self) -> &str {
         "slow"
     }
-    fn supports(&self, mode: Mode) -> bool {
-        mode == Mode::Decoupled
-    }
-    fn user_data_parts(&self, _: &MachineSpec) -> Result<Vec<UserDataPart>> {
-        Ok(Vec::new())
-    }
+}
+
+#[async_trait]
+impl DecoupledSoftware for Slow {
     async fn is_applied(&self, _: &Machine, _: &dyn Transport) -> Result<bool> {
         Ok(false)
     }
