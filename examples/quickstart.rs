@@ -183,10 +183,7 @@ async fn main() -> anyhow::Result<()> {
     // One composer per mode, all on one event stream; all on the simulator unless the
     // decoupled machine goes to a real host.
     let events = EventSink::default();
-    let settings = ComposerSettings {
-        poll_interval: Duration::from_millis(100),
-        ..ComposerSettings::default()
-    };
+    let settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(100));
     let build = |label: &str| -> anyhow::Result<Composer> {
         if let (Some(real), "decoupled") = (&real, label) {
             return Ok(Composer::builder(real.provider.clone())

@@ -19,16 +19,16 @@ fn spec(name: &str) -> MachineSpec {
 }
 
 fn settings(create: u64, boot: u64, bootstrap: u64, poll: Duration) -> ComposerSettings {
-    ComposerSettings {
-        deadlines: Deadlines {
-            create: Duration::from_secs(create),
-            boot: Duration::from_secs(boot),
-            bootstrap: Duration::from_secs(bootstrap),
-            delete: Duration::from_secs(600),
-        },
-        poll_interval: poll,
-        on_failure: FailurePolicy::KeepForDebugging,
-    }
+    ComposerSettings::default()
+        .with_deadlines(
+            Deadlines::default()
+                .with_create(Duration::from_secs(create))
+                .with_boot(Duration::from_secs(boot))
+                .with_bootstrap(Duration::from_secs(bootstrap))
+                .with_delete(Duration::from_secs(600)),
+        )
+        .with_poll_interval(poll)
+        .with_on_failure(FailurePolicy::KeepForDebugging)
 }
 
 /// A decoupled layer whose apply takes `takes` of (tokio) time.

@@ -74,12 +74,10 @@ fn faulty(cloud: &SimCloud, config: SimConfig) -> Arc<dyn MachineProvisioner> {
         seed: Some(SEED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
         ..FaultConfig::default()
     };
-    let policy = RetryPolicy {
-        max_retries: 12,
-        initial_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(5),
-        ..RetryPolicy::default()
-    };
+    let policy = RetryPolicy::default()
+        .with_max_retries(12)
+        .with_initial_delay(Duration::from_millis(1))
+        .with_max_delay(Duration::from_millis(5));
     Arc::new(Retrying::new(
         FaultInjecting::new(sim(cloud, config), faults).unwrap(),
         policy,

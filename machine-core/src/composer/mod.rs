@@ -49,8 +49,12 @@ pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// How long each phase may take. Every deadline must be greater than zero and at most
 /// [`MAX_DURATION`].
+///
+/// `#[non_exhaustive]`: start from [`Deadlines::default`] and adjust with the `with_*`
+/// methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Deadlines {
     /// From the start until the provider has accepted the machine.
     #[serde(with = "humantime_serde")]
@@ -78,14 +82,55 @@ impl Default for Deadlines {
     }
 }
 
+impl Deadlines {
+    /// Sets the create deadline.
+    pub fn with_create(mut self, d: Duration) -> Self {
+        self.create = d;
+        self
+    }
+
+    /// Sets the boot deadline.
+    pub fn with_boot(mut self, d: Duration) -> Self {
+        self.boot = d;
+        self
+    }
+
+    /// Sets the bootstrap deadline.
+    pub fn with_bootstrap(mut self, d: Duration) -> Self {
+        self.bootstrap = d;
+        self
+    }
+
+    /// Sets the delete deadline.
+    pub fn with_delete(mut self, d: Duration) -> Self {
+        self.delete = d;
+        self
+    }
+}
+
 /// How the composer drives machines. Read from YAML in camelCase (`pollInterval`,
 /// `onFailure`), as every other document of the project; the snake_case names of
 /// earlier releases are still accepted.
 ///
 /// The defaults: deadlines of 2 minutes to create, 10 to boot, 20 to bootstrap and 10
 /// to delete; a 2 s poll interval; failed machines kept for debugging.
+///
+/// `#[non_exhaustive]`: start from [`ComposerSettings::default`] and adjust with the
+/// `with_*` methods:
+///
+/// ```
+/// use std::time::Duration;
+/// use machine_core::{ComposerSettings, Deadlines, FailurePolicy};
+///
+/// let settings = ComposerSettings::default()
+///     .with_deadlines(Deadlines::default().with_boot(Duration::from_secs(300)))
+///     .with_poll_interval(Duration::from_millis(500))
+///     .with_on_failure(FailurePolicy::DeleteOnFailure);
+/// settings.validate().unwrap();
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ComposerSettings {
     /// Per-phase deadlines for `provision` and `deprovision`.
     #[serde(default)]
@@ -119,6 +164,24 @@ impl Default for ComposerSettings {
 }
 
 impl ComposerSettings {
+    /// Sets the per-phase deadlines.
+    pub fn with_deadlines(mut self, deadlines: Deadlines) -> Self {
+        self.deadlines = deadlines;
+        self
+    }
+
+    /// Sets the poll interval.
+    pub fn with_poll_interval(mut self, poll: Duration) -> Self {
+        self.poll_interval = poll;
+        self
+    }
+
+    /// Sets what `provision` does with a machine that failed.
+    pub fn with_on_failure(mut self, policy: FailurePolicy) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
     /// Reads settings from YAML (durations such as `90s` or `5m`) and validates them.
     pub fn from_yaml(yaml: &str) -> Result<Self> {
         let s: ComposerSettings = crate::spec::from_yaml(yaml)?;
@@ -157,7 +220,11 @@ impl ComposerSettings {
 
 /// When to look at a machine again, as kube-runtime's `Action` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// `#[non_exhaustive]`: kinds of action may be added (a `match` outside this crate needs
+/// a catch-all arm); build one with [`Action::requeue`] or [`Action::await_change`].
 #[must_use = "a controller returns the action, or the machine is never looked at again"]
+#[non_exhaustive]
 pub enum Action {
     /// Reconcile again after this long (zero: at once, progress was made).
     Requeue(Duration),
@@ -166,6 +233,16 @@ pub enum Action {
 }
 
 impl Action {
+    /// Reconcile again after `after`.
+    pub const fn requeue(after: Duration) -> Action {
+        Action::Requeue(after)
+    }
+
+    /// Wait for a change.
+    pub const fn await_change() -> Action {
+        Action::AwaitChange
+    }
+
     /// The action a controller's error policy returns for a failed reconcile, given its
     /// usual poll interval `poll`:
     /// - throttled: after the error's `retry_after` (else `poll`);
@@ -187,6 +264,7 @@ impl Action {
 /// The outcome of one reconcile step.
 #[derive(Debug, Clone)]
 #[must_use = "the action says when to look at the machine again"]
+#[non_exhaustive]
 pub struct Reconciled {
     /// The machine as seen after the step, with the composer's phase and conditions;
     /// `None` when there is no machine (after a deletion).

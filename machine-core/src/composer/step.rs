@@ -82,6 +82,14 @@ impl Composer {
     /// decoupled layer that is not yet applied. It never waits for a machine to boot, so
     /// a controller never parks a worker on it.
     ///
+    /// A machine its provider reports [`Phase::Stopped`] is neither Ready nor Failed: the
+    /// composer never powers machines on or off (that is its owner's decision), so the
+    /// step reports it Stopped with `InfrastructureReady` false (reason `Stopped`) and
+    /// asks to look again after the poll interval; once it is started, the next step
+    /// continues where it was (a machine that was Ready is verified again, since
+    /// Stopped replaced Ready in its status). `provision` likewise waits for a stopped
+    /// machine to run, within the deadline of the phase it is in.
+    ///
     /// Errors decide the requeue, as in kube-runtime: retryable kinds are worth trying
     /// again; a permanent one (a layer's command failed) needs a change first.
     ///
@@ -187,6 +195,17 @@ impl Composer {
             }
             Phase::Deleted => Action::Requeue(Duration::ZERO),
             Phase::Failed => Action::AwaitChange,
+            Phase::Stopped => {
+                m.set_condition(
+                    C::INFRASTRUCTURE_READY,
+                    false,
+                    C::STOPPED,
+                    "the provider reports the machine stopped",
+                );
+                // Its transport, if any, went with the power.
+                st.transport = None;
+                Action::Requeue(self.settings.poll_interval)
+            }
             Phase::Provisioned | Phase::Bootstrapping | Phase::Ready => {
                 let first_seen_running = st.timeline().running.is_none();
                 st.timeline.mark(|t| &mut t.running);

@@ -31,7 +31,7 @@ use crate::capabilities::{Capabilities, PowerOp, PowerOperations, SizeBasis, Use
 use crate::error::{Error, Result};
 use crate::machine::{Address, AddressKind, Labels, Machine, Phase, ProviderId, SshEndpoint};
 use crate::name::MachineName;
-use crate::provisioner::{MachineProvisioner, unsupported_power_op};
+use crate::provisioner::MachineProvisioner;
 use crate::software::CAPI_SENTINEL;
 use crate::spec::MachineSpec;
 use crate::transport::ExecOutput;
@@ -84,6 +84,8 @@ struct SimMachine {
     boot_at: Instant,
     boot_fails: bool,
     booted: bool,
+    /// Powered off by a stop, until a start.
+    stopped: bool,
     delete_at: Option<Instant>,
     cell: Arc<HostCell>,
     seq: u64,
@@ -100,6 +102,7 @@ impl SimMachine {
                 Phase::Deleted
             }
             Some(_) => Phase::Deleting,
+            None if self.stopped => Phase::Stopped,
             None if now < self.boot_at => Phase::Provisioning,
             None if self.boot_fails => Phase::Failed,
             None => Phase::Provisioned,
@@ -269,24 +272,27 @@ impl SimProvider {
         if config.owner.is_empty() {
             return Err(Error::invalid_spec("owner", "must not be empty"));
         }
-        let capabilities = Capabilities {
-            user_data: Some(UserDataDelivery {
-                max_bytes: config.user_data_limit,
-                size_basis: SizeBasis::Raw,
-                gzip: config.gzip,
-                formats: vec![
-                    UserDataFormat::CloudConfig,
-                    UserDataFormat::ShellScript,
-                    UserDataFormat::CloudBoothook,
-                    UserDataFormat::Jinja2,
-                    UserDataFormat::Mime,
-                    UserDataFormat::Raw,
-                ],
-            }),
-            power: PowerOperations::default(),
-            console_output: true,
-            host_key_discovery: true,
-        };
+        // Built as a provider outside this crate must build it: the struct is
+        // non-exhaustive, so a capability added later defaults to unsupported.
+        let capabilities = Capabilities::default()
+            .with_user_data(
+                UserDataDelivery::new(
+                    config.user_data_limit,
+                    SizeBasis::Raw,
+                    vec![
+                        UserDataFormat::CloudConfig,
+                        UserDataFormat::ShellScript,
+                        UserDataFormat::CloudBoothook,
+                        UserDataFormat::Jinja2,
+                        UserDataFormat::Mime,
+                        UserDataFormat::Raw,
+                    ],
+                )
+                .with_gzip(config.gzip),
+            )
+            .with_power(PowerOperations::all())
+            .with_console_output(true)
+            .with_host_key_discovery(true);
         let rng = config
             .seed
             .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
@@ -427,6 +433,7 @@ impl MachineProvisioner for SimProvider {
             boot_at: now + self.config.boot_latency + jitter,
             boot_fails,
             booted: false,
+            stopped: false,
             delete_at: None,
             cell: HostCell::new(),
             seq,
@@ -503,8 +510,32 @@ impl MachineProvisioner for SimProvider {
         }
     }
 
-    async fn power(&self, _id: &ProviderId, op: PowerOp) -> Result<()> {
-        Err(unsupported_power_op(self, op))
+    /// Stop powers the machine off at once (phase Stopped, connections refused); start
+    /// and reboot boot it again, taking the configured boot latency. Files on the
+    /// machine stay, and its init does not run again, as with cloud-init.
+    async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
+        let now = Instant::now();
+        let mut st = self.cloud.lock();
+        st.api_calls += 1;
+        let m = match st.machines.get_mut(id) {
+            Some(m) if m.owner == self.config.owner => m,
+            _ => return Err(Error::not_found(format!("no machine {id}"))),
+        };
+        if m.delete_at.is_some() {
+            return Err(Error::new(
+                crate::ErrorKind::Conflict,
+                format!("machine {} is being deleted", m.name),
+            ));
+        }
+        match op {
+            PowerOp::Stop => m.stopped = true,
+            PowerOp::Start if !m.stopped => {}
+            PowerOp::Start | PowerOp::Reboot => {
+                m.stopped = false;
+                m.boot_at = now + self.config.boot_latency;
+            }
+        }
+        Ok(())
     }
 
     async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {
