@@ -14,6 +14,7 @@ use crate::user_data::{CompletionWaiter, UserDataPart};
 
 /// How a layer of software reaches a machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Mode {
     /// Rendered into user data and injected when the machine is created.
     Coupled,

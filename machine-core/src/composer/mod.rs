@@ -31,6 +31,7 @@ use crate::user_data::{self, UserData};
 
 /// What to do with a machine whose provisioning failed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum FailurePolicy {
     /// Leave it for someone to look at (the default: evidence is worth more than the
     /// cost of a machine for a while).
