@@ -121,13 +121,11 @@ async fn main() -> anyhow::Result<()> {
     let cloud = SimCloud::new();
     let provider: Arc<dyn MachineProvisioner> = Arc::new(SimProvider::new(
         cloud.clone(),
-        SimConfig {
-            owner: "quickstart".into(),
-            boot_latency: Duration::from_millis(500),
-            boot_jitter: Duration::from_millis(1000),
-            delete_latency: Duration::from_millis(200),
-            ..SimConfig::default()
-        },
+        SimConfig::default()
+            .with_owner("quickstart")
+            .with_boot_latency(Duration::from_millis(500))
+            .with_boot_jitter(Duration::from_millis(1000))
+            .with_delete_latency(Duration::from_millis(200)),
     )?);
     // Every command or upload over the simulated transport takes 50 ms, like a round trip.
     let connector =

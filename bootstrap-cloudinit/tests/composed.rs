@@ -223,10 +223,7 @@ impl Check {
 
 fn composer(layers: &[Arc<dyn CoupledSoftware>], check: &Check) -> Composer {
     let cloud = SimCloud::new();
-    let config = SimConfig {
-        user_data_limit: 64 * 1024,
-        ..SimConfig::default()
-    };
+    let config = SimConfig::default().with_user_data_limit(64 * 1024);
     let provider = Arc::new(SimProvider::new(cloud.clone(), config).unwrap());
     let mut builder = Composer::builder(provider);
     for layer in layers {

@@ -17,7 +17,7 @@
 //!
 //! let cloud = SimCloud::new();
 //! let sim = |owner: &str| {
-//!     let config = SimConfig { owner: owner.into(), ..SimConfig::default() };
+//!     let config = SimConfig::default().with_owner(owner);
 //!     Arc::new(SimProvider::new(cloud.clone(), config).unwrap())
 //! };
 //! let clients = Clients::new(sim("me"), sim("me"), sim("someone-else"));
@@ -49,6 +49,7 @@ use crate::user_data::{UserData, UserDataFormat};
 
 /// The clients the suite drives: all on one backend (one account, one inventory).
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Clients {
     /// The provider under test.
     pub provider: Arc<dyn MachineProvisioner>,
@@ -86,6 +87,7 @@ impl fmt::Debug for Clients {
 }
 
 /// What the suite needs to know about a provider.
+#[non_exhaustive]
 pub struct Fixture {
     /// Builds a spec the provider can create for a machine named `name` (image, size,
     /// provider settings filled in). The suite adds its own labels.
@@ -929,7 +931,7 @@ pub async fn run_all(c: &Clients, fx: &Fixture) {
 /// async fn setup() -> (Clients, Fixture, ()) {
 ///     let cloud = SimCloud::new();
 ///     let sim = |owner: &str| {
-///         let config = SimConfig { owner: owner.into(), ..SimConfig::default() };
+///         let config = SimConfig::default().with_owner(owner);
 ///         Arc::new(SimProvider::new(cloud.clone(), config).unwrap())
 ///     };
 ///     let clients = Clients::new(sim("me"), sim("me"), sim("them"));

@@ -208,10 +208,7 @@ async fn reconcile_never_waits_for_boot_and_says_when_to_look_again() {
     let cloud = SimCloud::new();
     let provider = sim(
         &cloud,
-        SimConfig {
-            boot_latency: Duration::from_millis(150),
-            ..SimConfig::default()
-        },
+        SimConfig::default().with_boot_latency(Duration::from_millis(150)),
     );
     let composer = Composer::builder(provider)
         .decoupled(base())
@@ -419,13 +416,7 @@ async fn an_unreachable_machine_times_out_in_bootstrap_saying_why() {
 #[tokio::test]
 async fn a_boot_failure_fails_fast_with_the_provider_reason() {
     let cloud = SimCloud::new();
-    let provider = sim(
-        &cloud,
-        SimConfig {
-            boot_failure_rate: 1.0,
-            ..SimConfig::default()
-        },
-    );
+    let provider = sim(&cloud, SimConfig::default().with_boot_failure_rate(1.0));
     let composer = Composer::builder(provider)
         .settings(fast_settings())
         .build()
@@ -443,11 +434,9 @@ async fn fleets_run_with_bounded_concurrency_and_report_per_machine() {
     let cloud = SimCloud::new();
     let provider = sim(
         &cloud,
-        SimConfig {
-            boot_latency: Duration::from_millis(5),
-            boot_jitter: Duration::from_millis(10),
-            ..SimConfig::default()
-        },
+        SimConfig::default()
+            .with_boot_latency(Duration::from_millis(5))
+            .with_boot_jitter(Duration::from_millis(10)),
     );
     let composer = Composer::builder(provider)
         .coupled(base())

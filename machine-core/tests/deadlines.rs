@@ -55,10 +55,7 @@ impl DecoupledSoftware for Slow {
 
 fn composer(cloud: &SimCloud, layer_takes: Duration, settings: ComposerSettings) -> Composer {
     // Machines take 5 s (of tokio time) to boot, so there is a wait after creation.
-    let config = SimConfig {
-        boot_latency: Duration::from_secs(5),
-        ..SimConfig::default()
-    };
+    let config = SimConfig::default().with_boot_latency(Duration::from_secs(5));
     let provider = Arc::new(SimProvider::new(cloud.clone(), config).unwrap());
     Composer::builder(provider)
         .decoupled(Arc::new(Slow { takes: layer_takes }))
@@ -163,10 +160,7 @@ async fn deprovision_sees_a_cancel_within_100ms_not_after_the_poll_interval() {
     let provider = Arc::new(
         SimProvider::new(
             cloud.clone(),
-            SimConfig {
-                delete_latency: Duration::from_secs(600),
-                ..SimConfig::default()
-            },
+            SimConfig::default().with_delete_latency(Duration::from_secs(600)),
         )
         .unwrap(),
     );

@@ -39,6 +39,7 @@ use crate::user_data::{UserData, UserDataFormat};
 
 /// How a [`SimProvider`] behaves.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct SimConfig {
     /// The owner tag this provider instance creates and finds machines under.
     pub owner: String,
@@ -71,6 +72,57 @@ impl Default for SimConfig {
             boot_failure_rate: 0.0,
             seed: None,
         }
+    }
+}
+
+/// `#[non_exhaustive]`: start from [`SimConfig::default`] and adjust with these.
+impl SimConfig {
+    /// Sets the owner tag.
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+
+    /// Sets the time from create to running.
+    pub fn with_boot_latency(mut self, boot_latency: Duration) -> Self {
+        self.boot_latency = boot_latency;
+        self
+    }
+
+    /// Sets the random extra boot time.
+    pub fn with_boot_jitter(mut self, boot_jitter: Duration) -> Self {
+        self.boot_jitter = boot_jitter;
+        self
+    }
+
+    /// Sets the time from delete to gone.
+    pub fn with_delete_latency(mut self, delete_latency: Duration) -> Self {
+        self.delete_latency = delete_latency;
+        self
+    }
+
+    /// Sets the user-data limit in bytes.
+    pub fn with_user_data_limit(mut self, user_data_limit: usize) -> Self {
+        self.user_data_limit = user_data_limit;
+        self
+    }
+
+    /// Sets whether gzip user data is accepted.
+    pub fn with_gzip(mut self, gzip: bool) -> Self {
+        self.gzip = gzip;
+        self
+    }
+
+    /// Sets the share of machines that fail to boot.
+    pub fn with_boot_failure_rate(mut self, boot_failure_rate: f64) -> Self {
+        self.boot_failure_rate = boot_failure_rate;
+        self
+    }
+
+    /// Sets the seed for the random draws.
+    pub fn with_seed(mut self, seed: Option<u64>) -> Self {
+        self.seed = seed;
+        self
     }
 }
 
