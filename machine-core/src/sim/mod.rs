@@ -11,6 +11,10 @@
 //! sentinel file ([`crate::CAPI_SENTINEL`]) as a successful bootstrap would. It does not
 //! execute scripts. Decoupled layers reach the machine through [`SimConnector`], which
 //! records files and commands so tests can assert what happened on each machine.
+//!
+//! Power operations are all supported: a stop makes the machine [`Phase::Stopped`] at
+//! once (connections refused), a start or reboot boots it again within the boot latency,
+//! keeping its files.
 
 mod host;
 
