@@ -156,12 +156,12 @@ fn main() -> anyhow::Result<()> {
         sample.len()
     );
     // EC2's budget: 16 KiB raw, gzip accepted; the provider sends base64.
-    let delivery = UserDataDelivery {
-        max_bytes: 16 * 1024,
-        size_basis: SizeBasis::Raw,
-        gzip: true,
-        formats: vec![UserDataFormat::CloudConfig, UserDataFormat::Mime],
-    };
+    let delivery = UserDataDelivery::new(
+        16 * 1024,
+        SizeBasis::Raw,
+        vec![UserDataFormat::CloudConfig, UserDataFormat::Mime],
+    )
+    .with_gzip(true);
     let mut gz_len = 0;
     let mut b64_len = 0;
     let mut full = || -> anyhow::Result<()> {

@@ -121,13 +121,11 @@ async fn main() -> anyhow::Result<()> {
     let cloud = SimCloud::new();
     let provider: Arc<dyn MachineProvisioner> = Arc::new(SimProvider::new(
         cloud.clone(),
-        SimConfig {
-            owner: "quickstart".into(),
-            boot_latency: Duration::from_millis(500),
-            boot_jitter: Duration::from_millis(1000),
-            delete_latency: Duration::from_millis(200),
-            ..SimConfig::default()
-        },
+        SimConfig::default()
+            .with_owner("quickstart")
+            .with_boot_latency(Duration::from_millis(500))
+            .with_boot_jitter(Duration::from_millis(1000))
+            .with_delete_latency(Duration::from_millis(200)),
     )?);
     // Every command or upload over the simulated transport takes 50 ms, like a round trip.
     let connector =
@@ -183,10 +181,7 @@ async fn main() -> anyhow::Result<()> {
     // One composer per mode, all on one event stream; all on the simulator unless the
     // decoupled machine goes to a real host.
     let events = EventSink::default();
-    let settings = ComposerSettings {
-        poll_interval: Duration::from_millis(100),
-        ..ComposerSettings::default()
-    };
+    let settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(100));
     let build = |label: &str| -> anyhow::Result<Composer> {
         if let (Some(real), "decoupled") = (&real, label) {
             return Ok(Composer::builder(real.provider.clone())

@@ -106,10 +106,7 @@ pub async fn run() -> anyhow::Result<()> {
     )?);
 
     let events = EventSink::default();
-    let settings = ComposerSettings {
-        poll_interval: Duration::from_millis(100),
-        ..ComposerSettings::default()
-    };
+    let settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(100));
     let build = |mode: &str| -> anyhow::Result<Composer> {
         let b = Composer::builder(provider.clone())
             .settings(settings.clone())

@@ -113,7 +113,7 @@ async fn main() -> anyhow::Result<()> {
     .with_state_dir(state_dir)?;
     let connector = Arc::new(SshConnector::new(config));
     let runner = LayerRunner::new(connector.clone())
-        .layer(Arc::new(layer))?
+        .layer(Arc::new(layer))
         .concurrency(args.concurrency);
     let start = Instant::now();
     let reports = runner.run(&machines).await;

@@ -4,14 +4,13 @@
 
 use std::fmt;
 
-use async_trait::async_trait;
 use machine_core::user_data::{assemble, fit};
 use machine_core::{
-    ContentEncoding, Error, Machine, MachineSpec, Mode, Result, SoftwareProvisioner, Transport,
-    UserData, UserDataDelivery, UserDataFormat, UserDataPart, check_dns_label,
+    ContentEncoding, CoupledSoftware, Error, MachineSpec, Result, Software, UserData,
+    UserDataDelivery, UserDataFormat, UserDataPart, check_dns_label,
 };
 
-use crate::layer::{CloudConfigLayer, coupled_only};
+use crate::layer::CloudConfigLayer;
 use crate::merge::{MERGE_TYPE, merge};
 use crate::model::CloudConfig;
 use crate::render::render_unchecked;
@@ -220,25 +219,15 @@ impl fmt::Display for SizeReport {
     }
 }
 
-#[async_trait]
-impl SoftwareProvisioner for Bootstrap {
+impl Software for Bootstrap {
     fn name(&self) -> &str {
         &self.name
     }
+}
 
-    fn supports(&self, mode: Mode) -> bool {
-        mode == Mode::Coupled
-    }
-
+/// Coupled only: cloud-init applies it at first boot.
+impl CoupledSoftware for Bootstrap {
     fn user_data_parts(&self, _spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
         self.parts()
-    }
-
-    async fn is_applied(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<bool> {
-        Err(coupled_only(&self.name))
-    }
-
-    async fn apply(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<()> {
-        Err(coupled_only(&self.name))
     }
 }

@@ -4,10 +4,9 @@
 
 use std::fmt;
 
-use async_trait::async_trait;
 use machine_core::{
-    Access, Error, Machine, MachineName, MachineSpec, Mode, Result, SoftwareProvisioner, Transport,
-    UserDataFormat, UserDataPart,
+    Access, CoupledSoftware, Error, MachineName, MachineSpec, Result, Software, UserDataFormat,
+    UserDataPart,
 };
 use sha2::{Digest, Sha256};
 use ssh_key::private::{Ed25519Keypair, KeypairData};
@@ -95,7 +94,7 @@ impl fmt::Debug for HostKey {
 /// stored. Keep the master secret like any credential.
 ///
 /// Add it as a coupled layer: it contributes the machine's `ssh_keys`, and names the
-/// public key ([`SoftwareProvisioner::host_keys`]) so the composer puts it in the
+/// public key ([`CoupledSoftware, Software::host_keys`]) so the composer puts it in the
 /// machine's access info and the SSH step pins it:
 ///
 /// ```
@@ -152,16 +151,14 @@ impl DerivedHostKeys {
     }
 }
 
-#[async_trait]
-impl SoftwareProvisioner for DerivedHostKeys {
+impl Software for DerivedHostKeys {
     fn name(&self) -> &str {
         "host-keys"
     }
+}
 
-    fn supports(&self, mode: Mode) -> bool {
-        mode == Mode::Coupled
-    }
-
+/// Coupled only: the keys are written by cloud-init at first boot.
+impl CoupledSoftware for DerivedHostKeys {
     fn user_data_parts(&self, spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
         let key = self.for_machine(&spec.name)?;
         let config = crate::model::CloudConfig {
@@ -180,14 +177,6 @@ impl SoftwareProvisioner for DerivedHostKeys {
 
     fn host_keys(&self, spec: &MachineSpec) -> Result<Vec<String>> {
         Ok(vec![self.for_machine(&spec.name)?.public().to_owned()])
-    }
-
-    async fn is_applied(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<bool> {
-        Err(crate::layer::coupled_only("host-keys"))
-    }
-
-    async fn apply(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<()> {
-        Err(crate::layer::coupled_only("host-keys"))
     }
 }
 

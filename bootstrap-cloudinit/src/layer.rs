@@ -1,13 +1,12 @@
 //! [`CloudConfigLayer`]: one team's contribution to a machine's user data (a
 //! cloud-config plus scripts, boothooks and Jinja parts), usable directly as a coupled
-//! [`SoftwareProvisioner`].
+//! [`CoupledSoftware, Software`].
 
 use std::fmt;
 
-use async_trait::async_trait;
 use machine_core::{
-    Error, Machine, MachineSpec, Mode, Result, SoftwareProvisioner, Transport, UserDataFormat,
-    UserDataPart, check_dns_label,
+    CoupledSoftware, Error, MachineSpec, Result, Software, UserDataFormat, UserDataPart,
+    check_dns_label,
 };
 
 use crate::merge::MERGE_TYPE;
@@ -50,7 +49,7 @@ pub enum LayerPart {
 /// Debug shows the name, parts' names, sizes and hashes, never content: the rendered
 /// document holds password hashes, host private keys and secret files in clear.
 ///
-/// As a [`SoftwareProvisioner`] it is coupled only: its parts go into the machine's
+/// As a [`CoupledSoftware, Software`] it is coupled only: its parts go into the machine's
 /// user data, each cloud-config part carrying the `Merge-Type` header
 /// ([`MERGE_TYPE`]) so that cloud-init merges several layers instead of letting the
 /// last one win. Use [`crate::Bootstrap`] to combine layers into one document with
@@ -301,32 +300,15 @@ fn check_part(layer: &str, filename: &str, content: &str, prefix: &str, what: &s
     Ok(())
 }
 
-pub(crate) fn coupled_only(layer: &str) -> Error {
-    Error::invalid_spec(
-        format!("layer {layer}"),
-        "a cloud-init layer is applied by cloud-init at first boot (coupled mode); it cannot be applied over a transport",
-    )
-}
-
-#[async_trait]
-impl SoftwareProvisioner for CloudConfigLayer {
+impl Software for CloudConfigLayer {
     fn name(&self) -> &str {
         &self.name
     }
+}
 
-    fn supports(&self, mode: Mode) -> bool {
-        mode == Mode::Coupled
-    }
-
+/// Coupled only: cloud-init applies it at first boot.
+impl CoupledSoftware for CloudConfigLayer {
     fn user_data_parts(&self, _spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
         self.parts()
-    }
-
-    async fn is_applied(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<bool> {
-        Err(coupled_only(&self.name))
-    }
-
-    async fn apply(&self, _machine: &Machine, _transport: &dyn Transport) -> Result<()> {
-        Err(coupled_only(&self.name))
     }
 }

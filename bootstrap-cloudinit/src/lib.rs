@@ -7,7 +7,7 @@
 //!   hatch for the rest; [`render`] writes a `#cloud-config` document no value can break,
 //!   [`parse`] reads one back, refusing keys it does not model.
 //! - [`CloudConfigLayer`]: one team's cloud-config plus scripts, a coupled
-//!   [`machine_core::SoftwareProvisioner`]; [`Bootstrap`] combines layers merged or as a
+//!   [`machine_core::CoupledSoftware`]; [`Bootstrap`] combines layers merged or as a
 //!   MIME multipart with cloud-init's merge headers, fits them to the provider's budget
 //!   and reports sizes per layer.
 //!

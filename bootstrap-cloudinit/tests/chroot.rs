@@ -19,12 +19,12 @@ const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHx4bmxvZ2luLWtleS1mb3ItdGVzdHMtb25seQ ops@laptop";
 
 fn delivery() -> UserDataDelivery {
-    UserDataDelivery {
-        max_bytes: 16 * 1024,
-        size_basis: SizeBasis::Raw,
-        gzip: true,
-        formats: vec![UserDataFormat::CloudConfig, UserDataFormat::Mime],
-    }
+    UserDataDelivery::new(
+        16 * 1024,
+        SizeBasis::Raw,
+        vec![UserDataFormat::CloudConfig, UserDataFormat::Mime],
+    )
+    .with_gzip(true)
 }
 
 fn machine() -> Machine {

@@ -49,12 +49,7 @@ impl Transport for LocalNamespace {
             .output()
             .await
             .map_err(|e| Error::transient(format!("cannot run unshare: {e}")))?;
-        Ok(ExecOutput {
-            status: out.status.code(),
-            stdout: out.stdout,
-            stderr: out.stderr,
-            truncated: false,
-        })
+        Ok(ExecOutput::new(out.status.code(), out.stdout, out.stderr))
     }
 
     async fn upload(&self, file: &FileUpload) -> Result<()> {
@@ -144,12 +139,7 @@ async fn a_machine_without_cloud_init_is_a_permanent_error() {
                 .output()
                 .await
                 .unwrap();
-            Ok(ExecOutput {
-                status: out.status.code(),
-                stdout: out.stdout,
-                stderr: out.stderr,
-                truncated: false,
-            })
+            Ok(ExecOutput::new(out.status.code(), out.stdout, out.stderr))
         }
         async fn upload(&self, _f: &FileUpload) -> Result<()> {
             Ok(())

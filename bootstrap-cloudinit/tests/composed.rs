@@ -9,7 +9,6 @@ mod peers;
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use bootstrap_cloudinit::{
     Bootstrap, CloudConfig, CloudConfigLayer, CloudInitStatus, DerivedHostKeys, PhoneHomeCheck,
     PhoneHomeListener, Secret, User, WriteFile,
@@ -17,9 +16,9 @@ use bootstrap_cloudinit::{
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
-    Completion, CompletionCheck, Composer, Error, ErrorKind, Machine, MachineName, MachineSpec,
-    Mode, Phase, ProviderId, Result, SentinelFile, SoftwareProvisioner, Transport, UserData,
-    UserDataFormat, UserDataPart,
+    Completion, CompletionCheck, Composer, CoupledSoftware, ErrorKind, Machine, MachineName,
+    MachineSpec, Phase, ProviderId, Result, SentinelFile, Software, UserData, UserDataFormat,
+    UserDataPart,
 };
 use peers::root::{NetNs, Root};
 use proptest::prelude::*;
@@ -31,22 +30,15 @@ struct RawLayer {
     parts: Vec<UserDataPart>,
 }
 
-#[async_trait]
-impl SoftwareProvisioner for RawLayer {
+impl Software for RawLayer {
     fn name(&self) -> &str {
         &self.name
     }
-    fn supports(&self, mode: Mode) -> bool {
-        mode == Mode::Coupled
-    }
+}
+
+impl CoupledSoftware for RawLayer {
     fn user_data_parts(&self, _spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
         Ok(self.parts.clone())
-    }
-    async fn is_applied(&self, _m: &Machine, _t: &dyn Transport) -> Result<bool> {
-        Err(Error::invalid_spec(&self.name, "coupled only"))
-    }
-    async fn apply(&self, _m: &Machine, _t: &dyn Transport) -> Result<()> {
-        Err(Error::invalid_spec(&self.name, "coupled only"))
     }
 }
 
@@ -114,7 +106,7 @@ impl Spec {
         self.kind != Kind::Steps
     }
 
-    fn build(&self) -> Arc<dyn SoftwareProvisioner> {
+    fn build(&self) -> Arc<dyn CoupledSoftware> {
         let n = self.name.as_str();
         let order = format!("#!/bin/sh\necho {n} >> {ORDER_LOG}\n");
         let logged = format!("echo {n} >> {RUNCMD_LOG}");
@@ -229,12 +221,9 @@ impl Check {
     }
 }
 
-fn composer(layers: &[Arc<dyn SoftwareProvisioner>], check: &Check) -> Composer {
+fn composer(layers: &[Arc<dyn CoupledSoftware>], check: &Check) -> Composer {
     let cloud = SimCloud::new();
-    let config = SimConfig {
-        user_data_limit: 64 * 1024,
-        ..SimConfig::default()
-    };
+    let config = SimConfig::default().with_user_data_limit(64 * 1024);
     let provider = Arc::new(SimProvider::new(cloud.clone(), config).unwrap());
     let mut builder = Composer::builder(provider);
     for layer in layers {
@@ -247,7 +236,7 @@ fn composer(layers: &[Arc<dyn SoftwareProvisioner>], check: &Check) -> Composer 
         .unwrap()
 }
 
-fn user_data(layers: &[Arc<dyn SoftwareProvisioner>], check: &Check) -> UserData {
+fn user_data(layers: &[Arc<dyn CoupledSoftware>], check: &Check) -> UserData {
     composer(layers, check)
         .user_data(&MachineSpec::new(MachineName::new("web-1").unwrap()))
         .unwrap()
@@ -421,7 +410,7 @@ async fn a_layer_named_zz_finish_runs_before_the_sentinel_is_written() {
         )
         .unwrap();
     let check = Check::new(CheckKind::Sentinel);
-    let layers: Vec<Arc<dyn SoftwareProvisioner>> = vec![
+    let layers: Vec<Arc<dyn CoupledSoftware>> = vec![
         Spec::new(Kind::CloudConfig, "base").build(),
         Arc::new(finish),
     ];
@@ -445,7 +434,7 @@ fn conflicts_cloud_init_would_resolve_silently_are_refused_naming_both_layers() 
     let web = CloudConfigLayer::new("base", CloudConfig::new().with_hostname("web-1")).unwrap();
     let db = CloudConfigLayer::new("inner", CloudConfig::new().with_hostname("db-1")).unwrap();
     let platform = Bootstrap::new("platform", vec![db]).unwrap();
-    let layers: Vec<Arc<dyn SoftwareProvisioner>> = vec![Arc::new(web), Arc::new(platform)];
+    let layers: Vec<Arc<dyn CoupledSoftware>> = vec![Arc::new(web), Arc::new(platform)];
     let e = composer(&layers, &check)
         .user_data(&MachineSpec::new(MachineName::new("web-1").unwrap()))
         .unwrap_err();
@@ -469,7 +458,7 @@ fn conflicts_cloud_init_would_resolve_silently_are_refused_naming_both_layers() 
         },
     )
     .unwrap();
-    let layers: Vec<Arc<dyn SoftwareProvisioner>> = vec![Arc::new(keyed), Arc::new(derived)];
+    let layers: Vec<Arc<dyn CoupledSoftware>> = vec![Arc::new(keyed), Arc::new(derived)];
     let e = composer(&layers, &check)
         .user_data(&MachineSpec::new(MachineName::new("web-1").unwrap()))
         .unwrap_err();

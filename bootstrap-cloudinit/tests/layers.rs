@@ -105,12 +105,12 @@ print(json.dumps(util.load_yaml(open(h.cloud_fn).read())))
 "#;
 
 fn delivery(max_bytes: usize, gzip: bool) -> UserDataDelivery {
-    UserDataDelivery {
+    UserDataDelivery::new(
         max_bytes,
-        size_basis: SizeBasis::Base64,
-        gzip,
-        formats: vec![UserDataFormat::CloudConfig, UserDataFormat::Mime],
-    }
+        SizeBasis::Base64,
+        vec![UserDataFormat::CloudConfig, UserDataFormat::Mime],
+    )
+    .with_gzip(gzip)
 }
 
 #[test]

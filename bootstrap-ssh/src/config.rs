@@ -155,15 +155,14 @@ impl SshConfig {
             user: None,
             connect_timeout: Duration::from_secs(10),
             connect_deadline: Duration::from_secs(300),
-            retry: RetryPolicy {
-                max_retries: usize::MAX,
-                initial_delay: Duration::from_millis(500),
-                max_delay: Duration::from_secs(10),
-                factor: 2.0,
-                jitter: true,
+            retry: RetryPolicy::default()
+                .with_max_retries(usize::MAX)
+                .with_initial_delay(Duration::from_millis(500))
+                .with_max_delay(Duration::from_secs(10))
+                .with_factor(2.0)
+                .with_jitter(true)
                 // connect_deadline bounds the retries in time.
-                max_elapsed: None,
-            },
+                .with_max_elapsed(None),
             keepalive_interval: Duration::from_secs(15),
             keepalive_max: 3,
             command_timeout: None,

@@ -161,7 +161,9 @@ pub(crate) async fn run(
     stdin: Stdin<'_>,
 ) -> Result<ExecOutput> {
     // Secret environment values go over stdin, never on the command line.
-    let machine_core::RemoteShell { line, stdin_prefix } = req.remote_shell()?;
+    let machine_core::RemoteShell {
+        line, stdin_prefix, ..
+    } = req.remote_shell()?;
     let env_input = (!stdin_prefix.is_empty()).then_some(stdin_prefix);
     let channel = handle.channel_open_session().await.map_err(|e| {
         if handle.is_closed() {
@@ -234,12 +236,7 @@ pub(crate) async fn run(
             ));
         }
         let truncated = out.cut || err.cut;
-        Ok(ExecOutput {
-            status,
-            stdout: out.into_vec(),
-            stderr: err.into_vec(),
-            truncated,
-        })
+        Ok(ExecOutput::new(status, out.into_vec(), err.into_vec()).with_truncated(truncated))
     };
     let both = async {
         // Feed and collect together: a command may write before it has read all its input.

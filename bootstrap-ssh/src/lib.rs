@@ -4,7 +4,8 @@
 //! already running. [`SshClient`] implements machine-core's [`machine_core::Transport`]
 //! (exec with bounded output, atomic checksummed uploads, file reads) and
 //! [`SshConnector`] its [`machine_core::Connector`], so every decoupled layer runs over
-//! SSH unchanged; [`LayerRunner`] applies layers to fleets.
+//! SSH unchanged; [`LayerRunner`] applies layers to fleets through machine-core's
+//! [`machine_core::Bootstrapper`], the composer's own software steps.
 //!
 //! Safe by default: host keys are verified (pinned keys from the machine's access info,
 //! or a known_hosts file); trust on first use and no verification at all are explicit
@@ -23,7 +24,7 @@
 //!     .with_host_keys(HostKeyPolicy::Verify { known_hosts: None });
 //! let layer = StepLayer::new("motd", vec![Step::write_file("/etc/motd", "managed\n")])?;
 //! let runner = LayerRunner::new(Arc::new(SshConnector::new(config)))
-//!     .layer(Arc::new(layer))?
+//!     .layer(Arc::new(layer))
 //!     .concurrency(20);
 //! for report in runner.run(&machines).await {
 //!     println!("{report}");
@@ -49,7 +50,7 @@ pub use client::SshClient;
 pub use config::{JumpHost, SshConfig, SshTarget};
 pub use connector::SshConnector;
 pub use hostkeys::{HostKeyPin, HostKeyPolicy};
-pub use runner::{HostReport, LayerRunner, Mark, wait_completion};
+pub use runner::{HostReport, LayerRunner, wait_completion};
 
 /// Generates a fresh ed25519 key pair, for tests and for pre-generating host keys to
 /// pin: returns the private key in OpenSSH format and the public key line.

@@ -1,9 +1,13 @@
 //! The decoupled layer runner: applies machine-core layers (any
-//! [`SoftwareProvisioner`]) to a fleet of running machines over a [`Connector`], with
+//! [`DecoupledSoftware`]) to a fleet of running machines over a [`Connector`], with
 //! bounded concurrency, and reports per machine what happened and when.
 //!
-//! It is not a second step engine: resuming is the layers' own business (a
-//! [`machine_core::steps::StepLayer`] records each step on the machine), so a machine
+//! It is not a second engine: each machine's software steps are machine-core's
+//! [`Bootstrapper`], the one the composer takes, and the report uses the composer's
+//! [`Timeline`] and [`ProgressEvent`]. The runner adds only what the composer's provider
+//! loop does for it there: a connection per attempt, waiting while coupled software
+//! runs, and reconnecting after a transient error. Resuming is the layers' own business
+//! (a [`machine_core::steps::StepLayer`] records each step on the machine), so a machine
 //! whose connection drops mid-layer is reconnected and the layer applied again.
 
 use std::fmt;
@@ -12,18 +16,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use machine_core::{
-    Completion, CompletionCheck, Connector, Error, Machine, MachineName, Mode, Result,
-    SoftwareProvisioner, Transport,
+    BootstrapState, BootstrapStep, Bootstrapper, CompletionCheck, Connector, DecoupledSoftware,
+    Error, Machine, MachineName, Phase, ProgressEvent, Result, Timeline, Transport,
 };
-
-/// One moment of a machine's run, measured from the start of its run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mark {
-    /// What happened (`connected`, `cloud-init done`, `layer base applied`).
-    pub what: String,
-    /// When, from the start of the machine's run.
-    pub at: Duration,
-}
 
 /// What happened on one machine.
 #[derive(Debug)]
@@ -32,8 +27,12 @@ pub struct HostReport {
     pub machine: MachineName,
     /// `Ok` when every layer is applied.
     pub result: Result<()>,
-    /// Where the time went, in order.
-    pub timeline: Vec<Mark>,
+    /// Where the time went, measured from the start of the machine's run: when it was
+    /// first reachable, when coupled software was complete, when it was ready.
+    pub timeline: Timeline,
+    /// What happened, in order (`connected`, `coupled software complete`,
+    /// `layer base applied`, `ready`): the messages the composer's progress events carry.
+    pub events: Vec<ProgressEvent>,
     /// How many connections were opened (more than one after a dropped link).
     pub connections: usize,
 }
@@ -44,8 +43,9 @@ impl fmt::Display for HostReport {
             Ok(()) => write!(f, "{}: ok", self.machine)?,
             Err(e) => write!(f, "{}: FAILED: {e}", self.machine)?,
         }
-        for m in &self.timeline {
-            write!(f, "\n  {:>8.3}s  {}", m.at.as_secs_f64(), m.what)?;
+        write!(f, "\n  {}", self.timeline)?;
+        for e in &self.events {
+            write!(f, "\n  - {}", e.message)?;
         }
         Ok(())
     }
@@ -55,8 +55,9 @@ impl fmt::Display for HostReport {
 #[derive(Clone)]
 pub struct LayerRunner {
     connector: Arc<dyn Connector>,
-    layers: Vec<Arc<dyn SoftwareProvisioner>>,
-    completion: Option<(Arc<dyn CompletionCheck>, Duration, Duration)>,
+    bootstrapper: Bootstrapper,
+    /// How often to look, and for how long, while coupled software runs.
+    wait: Option<(Duration, Duration)>,
     concurrency: usize,
     attempts: usize,
 }
@@ -67,26 +68,17 @@ impl LayerRunner {
     pub fn new(connector: Arc<dyn Connector>) -> Self {
         LayerRunner {
             connector,
-            layers: Vec::new(),
-            completion: None,
+            bootstrapper: Bootstrapper::new(),
+            wait: None,
             concurrency: 16,
             attempts: 3,
         }
     }
 
-    /// Adds a layer, applied after the ones added before. It must support decoupled mode.
-    pub fn layer(mut self, layer: Arc<dyn SoftwareProvisioner>) -> Result<Self> {
-        if !layer.supports(Mode::Decoupled) {
-            return Err(Error::invalid_spec(
-                format!("layers[{}]", self.layers.len()),
-                format!(
-                    "layer {:?} cannot be applied over a transport",
-                    layer.name()
-                ),
-            ));
-        }
-        self.layers.push(layer);
-        Ok(self)
+    /// Adds a layer, applied after the ones added before.
+    pub fn layer(mut self, layer: Arc<dyn DecoupledSoftware>) -> Self {
+        self.bootstrapper = self.bootstrapper.with_layer(layer);
+        self
     }
 
     /// Before the layers, waits until `check` says coupled software (cloud-init) is done,
@@ -97,7 +89,8 @@ impl LayerRunner {
         poll: Duration,
         deadline: Duration,
     ) -> Self {
-        self.completion = Some((check, poll, deadline));
+        self.bootstrapper = self.bootstrapper.with_completion(check);
+        self.wait = Some((poll, deadline));
         self
     }
 
@@ -125,104 +118,138 @@ impl LayerRunner {
     /// already applied. A transient error reconnects and starts over (done layers and
     /// steps are skipped by the layers themselves).
     pub async fn run_one(&self, machine: &Machine) -> HostReport {
-        let start = Instant::now();
-        let mut timeline = Vec::new();
-        let mut connections = 0;
-        let mut result = Ok(());
-        for attempt in 1..=self.attempts {
-            result = self
-                .attempt(machine, start, &mut timeline, &mut connections)
-                .await;
-            match &result {
-                Err(e) if e.is_retryable() && attempt < self.attempts => {
-                    mark(
-                        &mut timeline,
-                        start,
-                        format!("attempt {attempt} interrupted: {e}"),
-                    );
-                    tracing::warn!(machine = %machine.name, error = %e, "interrupted; reconnecting");
+        let mut run = Run {
+            start: Instant::now(),
+            machine: machine.name.clone(),
+            timeline: Timeline::default(),
+            events: Vec::new(),
+            connections: 0,
+        };
+        let mut result = match self.wait {
+            Some((poll, deadline)) => check_wait(poll, deadline),
+            None => Ok(()),
+        };
+        if result.is_ok() {
+            for attempt in 1..=self.attempts {
+                result = self.attempt(machine, &mut run).await;
+                match &result {
+                    Err(e) if e.is_retryable() && attempt < self.attempts => {
+                        run.event(
+                            Phase::Bootstrapping,
+                            format!("attempt {attempt} interrupted: {e}"),
+                        );
+                        tracing::warn!(machine = %machine.name, error = %e, "interrupted; reconnecting");
+                    }
+                    _ => break,
                 }
-                _ => break,
             }
         }
-        let done = if result.is_ok() { "ready" } else { "failed" };
-        mark(&mut timeline, start, done.to_owned());
+        if result.is_ok() {
+            run.timeline.ready = Some(run.start.elapsed());
+            run.event(Phase::Ready, "ready");
+        } else {
+            run.event(Phase::Failed, "failed");
+        }
         HostReport {
-            machine: machine.name.clone(),
+            machine: run.machine,
             result,
-            timeline,
-            connections,
+            timeline: run.timeline,
+            events: run.events,
+            connections: run.connections,
         }
     }
 
-    async fn attempt(
-        &self,
-        machine: &Machine,
-        start: Instant,
-        timeline: &mut Vec<Mark>,
-        connections: &mut usize,
-    ) -> Result<()> {
+    async fn attempt(&self, machine: &Machine, run: &mut Run) -> Result<()> {
         let transport = self.connector.connect(machine).await?;
-        *connections += 1;
-        mark(timeline, start, "connected".to_owned());
-        if let Some((check, poll, deadline)) = &self.completion {
-            wait_completion(
-                machine,
-                transport.as_ref(),
-                check.as_ref(),
-                *poll,
-                *deadline,
-            )
-            .await?;
-            mark(timeline, start, "coupled software complete".to_owned());
-        }
-        for layer in &self.layers {
-            if layer.is_applied(machine, transport.as_ref()).await? {
-                mark(
-                    timeline,
-                    start,
-                    format!("layer {} already applied", layer.name()),
-                );
-                continue;
-            }
-            layer
-                .apply(machine, transport.as_ref())
-                .await
-                .map_err(|e| e.context(format_args!("layer {}", layer.name())))?;
-            mark(timeline, start, format!("layer {} applied", layer.name()));
-        }
-        Ok(())
+        run.connections += 1;
+        run.timeline.reachable.get_or_insert(run.start.elapsed());
+        run.event(Phase::Bootstrapping, "connected");
+        // Validated in run_one; without a check the bootstrapper never waits.
+        let (poll, deadline) = self
+            .wait
+            .unwrap_or((Duration::from_secs(1), Duration::ZERO));
+        let mut m = machine.clone();
+        drive(
+            &self.bootstrapper,
+            &mut m,
+            transport.as_ref(),
+            poll,
+            deadline,
+            |step| {
+                if *step == BootstrapStep::CompletionDone {
+                    run.timeline.complete.get_or_insert(run.start.elapsed());
+                }
+                run.event(Phase::Bootstrapping, step.to_string());
+            },
+        )
+        .await
     }
 }
 
 impl fmt::Debug for LayerRunner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.layers.iter().map(|l| l.name()).collect();
         f.debug_struct("LayerRunner")
-            .field("layers", &names)
-            .field("completion", &self.completion.is_some())
+            .field("bootstrapper", &self.bootstrapper)
+            .field("wait", &self.wait)
             .field("concurrency", &self.concurrency)
             .field("attempts", &self.attempts)
             .finish()
     }
 }
 
-fn mark(timeline: &mut Vec<Mark>, start: Instant, what: String) {
-    timeline.push(Mark {
-        what,
-        at: start.elapsed(),
-    });
+/// One machine's run as it goes.
+struct Run {
+    start: Instant,
+    machine: MachineName,
+    timeline: Timeline,
+    events: Vec<ProgressEvent>,
+    connections: usize,
 }
 
-/// Polls `check` every `poll` until done, failed, or `deadline`. A zero `poll`, or a
-/// `poll` or `deadline` over a year, is an invalid-spec error naming it.
-pub async fn wait_completion(
-    machine: &Machine,
+impl Run {
+    fn event(&mut self, phase: Phase, message: impl Into<String>) {
+        self.events
+            .push(ProgressEvent::new(self.machine.clone(), phase, message));
+    }
+}
+
+/// Takes `bootstrapper`'s steps on `machine` until it is done, looking again every
+/// `poll` while coupled software runs, for at most `deadline` of waiting. Every step
+/// but the waits and the last is passed to `on_step`.
+async fn drive(
+    bootstrapper: &Bootstrapper,
+    machine: &mut Machine,
     transport: &dyn Transport,
-    check: &dyn CompletionCheck,
     poll: Duration,
     deadline: Duration,
+    mut on_step: impl FnMut(&BootstrapStep),
 ) -> Result<()> {
+    let start = Instant::now();
+    let mut state = BootstrapState::default();
+    loop {
+        match bootstrapper.step(machine, transport, &mut state).await? {
+            BootstrapStep::Done => return Ok(()),
+            BootstrapStep::Failed(why) => {
+                return Err(Error::permanent(format!(
+                    "{}: coupled software failed: {why}",
+                    machine.name
+                )));
+            }
+            BootstrapStep::Waiting if start.elapsed() + poll > deadline => {
+                return Err(Error::timeout(format!(
+                    "{}: coupled software not complete within {:.1}s",
+                    machine.name,
+                    deadline.as_secs_f64()
+                )));
+            }
+            BootstrapStep::Waiting => tokio::time::sleep(poll).await,
+            step => on_step(&step),
+        }
+    }
+}
+
+/// Refuses a zero `poll`, or a `poll` or `deadline` over a year, naming it.
+fn check_wait(poll: Duration, deadline: Duration) -> Result<()> {
     // Bounded so that no clock arithmetic can overflow, and so that a typo is an error,
     // not a wait of centuries.
     const LIMIT: Duration = Duration::from_secs(366 * 24 * 3600);
@@ -245,24 +272,28 @@ pub async fn wait_completion(
             ),
         ));
     }
-    let start = Instant::now();
-    loop {
-        match check.check(machine, transport).await? {
-            Completion::Done => return Ok(()),
-            Completion::Failed(why) => {
-                return Err(Error::permanent(format!(
-                    "{}: coupled software failed: {why}",
-                    machine.name
-                )));
-            }
-            Completion::Pending if start.elapsed() + poll > deadline => {
-                return Err(Error::timeout(format!(
-                    "{}: coupled software not complete within {:.1}s",
-                    machine.name,
-                    deadline.as_secs_f64()
-                )));
-            }
-            Completion::Pending => tokio::time::sleep(poll).await,
-        }
-    }
+    Ok(())
+}
+
+/// Polls `check` every `poll` until done, failed, or `deadline`, through the same
+/// [`Bootstrapper`] the runner and the composer use. A zero `poll`, or a `poll` or
+/// `deadline` over a year, is an invalid-spec error naming it.
+pub async fn wait_completion(
+    machine: &Machine,
+    transport: &dyn Transport,
+    check: Arc<dyn CompletionCheck>,
+    poll: Duration,
+    deadline: Duration,
+) -> Result<()> {
+    check_wait(poll, deadline)?;
+    let waiter = Bootstrapper::new().with_completion(check);
+    drive(
+        &waiter,
+        &mut machine.clone(),
+        transport,
+        poll,
+        deadline,
+        |_| {},
+    )
+    .await
 }

@@ -191,7 +191,6 @@ async fn a_wrong_host_key_is_refused_with_both_fingerprints_and_nothing_runs() {
     let start = Instant::now();
     let report = bootstrap_ssh::LayerRunner::new(connector)
         .layer(Arc::new(layer))
-        .unwrap()
         .run_one(&m)
         .await;
     let e = report.result.unwrap_err();
@@ -446,7 +445,6 @@ async fn the_runner_waits_for_completion_then_applies_and_skips_on_rerun() {
     .unwrap();
     let runner = bootstrap_ssh::LayerRunner::new(Arc::new(SshConnector::new(sshd.config())))
         .layer(Arc::new(layer))
-        .unwrap()
         .wait_for(
             Arc::new(machine_core::SentinelFile::new(sentinel.to_str().unwrap())),
             Duration::from_millis(100),
@@ -461,7 +459,7 @@ async fn the_runner_waits_for_completion_then_applies_and_skips_on_rerun() {
     let report = runner.run_one(&m).await;
     writer.await.unwrap();
     report.result.as_ref().unwrap();
-    let marks: Vec<&str> = report.timeline.iter().map(|m| m.what.as_str()).collect();
+    let marks: Vec<&str> = report.events.iter().map(|e| e.message.as_str()).collect();
     assert_eq!(
         marks,
         [
@@ -473,16 +471,16 @@ async fn the_runner_waits_for_completion_then_applies_and_skips_on_rerun() {
         "{report}"
     );
     assert!(
-        report.timeline[1].at >= Duration::from_millis(600),
+        report.timeline.complete.unwrap() >= Duration::from_millis(600),
         "waited for the sentinel: {report}"
     );
     let again = runner.run_one(&m).await;
     again.result.as_ref().unwrap();
     assert!(
         again
-            .timeline
+            .events
             .iter()
-            .any(|m| m.what == "layer app already applied"),
+            .any(|e| e.message == "layer app already applied"),
         "{again}"
     );
     assert_eq!(std::fs::read_to_string(d.join("count")).unwrap(), "once\n");
@@ -583,7 +581,7 @@ async fn absurd_durations_are_refused_naming_the_field_never_a_panic() {
         (huge, Duration::from_secs(1), "poll"),
         (Duration::ZERO, Duration::from_secs(1), "poll"),
     ] {
-        let e = bootstrap_ssh::wait_completion(&m, &c, &check, poll, deadline)
+        let e = bootstrap_ssh::wait_completion(&m, &c, Arc::new(check.clone()), poll, deadline)
             .await
             .unwrap_err();
         assert_eq!(e.field(), Some(field), "{e}");

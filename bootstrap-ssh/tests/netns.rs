@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bootstrap_ssh::{JumpHost, LayerRunner, SshClient, SshConnector, SshTarget};
 use machine_core::steps::{Step, StepLayer};
-use machine_core::{ErrorKind, ExecRequest, SoftwareProvisioner, Transport};
+use machine_core::{DecoupledSoftware, ErrorKind, ExecRequest, Transport};
 use support::{Netns, Sshd, SshdOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +60,6 @@ async fn a_layer_is_applied_to_three_hosts_at_once() {
         .collect();
     let runner = LayerRunner::new(connector)
         .layer(Arc::new(layer))
-        .unwrap()
         .concurrency(3);
     let reports = runner.run(&machines).await;
     for r in &reports {
@@ -79,9 +78,9 @@ async fn a_layer_is_applied_to_three_hosts_at_once() {
     // A rerun finds every host done.
     for r in runner.run(&machines).await {
         assert!(
-            r.timeline
+            r.events
                 .iter()
-                .any(|m| m.what == "layer fleet already applied"),
+                .any(|e| e.message == "layer fleet already applied"),
             "{r}"
         );
     }
@@ -179,7 +178,6 @@ async fn the_runner_reconnects_after_a_cut_link() {
     m.access.ssh.as_mut().unwrap().host = net.addrs[0].clone();
     let runner = LayerRunner::new(Arc::new(SshConnector::new(sshd.config())))
         .layer(Arc::new(layer))
-        .unwrap()
         .attempts(3);
     let (s2, release) = (d.path().join("s2"), d.path().join("release"));
     // Cut the link while step 2 waits, keep it down past the keepalive, then restore it.
@@ -201,9 +199,9 @@ async fn the_runner_reconnects_after_a_cut_link() {
     assert_eq!(report.connections, 2, "reconnected once: {report}");
     assert!(
         report
-            .timeline
+            .events
             .iter()
-            .any(|m| m.what.starts_with("attempt 1 interrupted")),
+            .any(|e| e.message.starts_with("attempt 1 interrupted")),
         "{report}"
     );
     let count = |n: &str| {

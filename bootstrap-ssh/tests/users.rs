@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use bootstrap_ssh::{Auth, SshClient, SshConfig, SshTarget};
 use machine_core::steps::{Step, StepLayer};
-use machine_core::{ErrorKind, ExecRequest, SecretString, SoftwareProvisioner};
+use machine_core::{DecoupledSoftware, ErrorKind, ExecRequest, SecretString};
 use support::{Sshd, SshdOptions, TempUser, fast};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

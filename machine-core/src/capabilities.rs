@@ -6,7 +6,25 @@ use crate::user_data::UserDataFormat;
 
 /// What a provider can do. The composer reads it before any API call: user data that
 /// cannot fit is refused up front, not rejected by the provider later.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// New capabilities are added in minor releases, so the struct is `#[non_exhaustive]`:
+/// build it from [`Capabilities::default`] (nothing supported) and the `with_*` methods,
+/// and a capability added later defaults to "not supported" in your provider.
+///
+/// ```
+/// use machine_core::{Capabilities, PowerOperations, SizeBasis, UserDataDelivery, UserDataFormat};
+///
+/// let caps = Capabilities::default()
+///     .with_user_data(
+///         UserDataDelivery::new(16 * 1024, SizeBasis::Raw, vec![UserDataFormat::CloudConfig])
+///             .with_gzip(true),
+///     )
+///     .with_power(PowerOperations::all())
+///     .with_console_output(true);
+/// assert!(caps.power.stop && !caps.host_key_discovery);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// How the provider delivers user data at creation; `None` when it cannot, in which
     /// case only decoupled software can be applied.
@@ -20,8 +38,36 @@ pub struct Capabilities {
     pub host_key_discovery: bool,
 }
 
-/// How user data reaches a machine at creation.
+impl Capabilities {
+    /// Sets how user data is delivered at creation.
+    pub fn with_user_data(mut self, delivery: UserDataDelivery) -> Self {
+        self.user_data = Some(delivery);
+        self
+    }
+
+    /// Sets the supported power operations.
+    pub fn with_power(mut self, power: PowerOperations) -> Self {
+        self.power = power;
+        self
+    }
+
+    /// Sets whether console output can be read.
+    pub fn with_console_output(mut self, yes: bool) -> Self {
+        self.console_output = yes;
+        self
+    }
+
+    /// Sets whether SSH host keys are reported.
+    pub fn with_host_key_discovery(mut self, yes: bool) -> Self {
+        self.host_key_discovery = yes;
+        self
+    }
+}
+
+/// How user data reaches a machine at creation. `#[non_exhaustive]`: build it with
+/// [`UserDataDelivery::new`] and the `with_*` methods.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UserDataDelivery {
     /// The largest user data accepted, in bytes, measured as [`UserDataDelivery::size_basis`] says.
     pub max_bytes: usize,
@@ -33,8 +79,28 @@ pub struct UserDataDelivery {
     pub formats: Vec<UserDataFormat>,
 }
 
+impl UserDataDelivery {
+    /// Up to `max_bytes` (counted as `size_basis` says) of the given `formats`, not
+    /// gzip-compressed.
+    pub fn new(max_bytes: usize, size_basis: SizeBasis, formats: Vec<UserDataFormat>) -> Self {
+        UserDataDelivery {
+            max_bytes,
+            size_basis,
+            gzip: false,
+            formats,
+        }
+    }
+
+    /// Sets whether gzip-compressed user data is accepted.
+    pub fn with_gzip(mut self, yes: bool) -> Self {
+        self.gzip = yes;
+        self
+    }
+}
+
 /// Which bytes a user-data limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum SizeBasis {
     /// The bytes as given, before any transfer encoding (EC2's 16 KiB limit).
     Raw,
@@ -52,8 +118,11 @@ impl SizeBasis {
     }
 }
 
-/// Power operations a provider supports.
+/// Power operations a provider supports. `#[non_exhaustive]`: start from
+/// [`PowerOperations::none`] (the default) or [`PowerOperations::all`] and adjust with
+/// [`PowerOperations::with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PowerOperations {
     /// Power on a stopped machine.
     pub start: bool,
@@ -63,8 +132,11 @@ pub struct PowerOperations {
     pub reboot: bool,
 }
 
-/// A power operation.
+/// A power operation. `#[non_exhaustive]`: a provider matches the ones it supports and
+/// refuses the rest with [`crate::unsupported_power_op`], so an operation added later is
+/// refused, not misapplied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum PowerOp {
     /// Power on.
     Start,
@@ -75,6 +147,30 @@ pub enum PowerOp {
 }
 
 impl PowerOperations {
+    /// No power operation.
+    pub fn none() -> Self {
+        PowerOperations::default()
+    }
+
+    /// Start, stop and reboot.
+    pub fn all() -> Self {
+        PowerOperations {
+            start: true,
+            stop: true,
+            reboot: true,
+        }
+    }
+
+    /// Sets whether `op` is supported.
+    pub fn with(mut self, op: PowerOp, supported: bool) -> Self {
+        match op {
+            PowerOp::Start => self.start = supported,
+            PowerOp::Stop => self.stop = supported,
+            PowerOp::Reboot => self.reboot = supported,
+        }
+        self
+    }
+
     /// Whether `op` is supported.
     pub fn supports(&self, op: PowerOp) -> bool {
         match op {

@@ -20,6 +20,8 @@ pub fn layer_applied(layer: &str) -> String {
 
 /// Reason: the provider reports the machine running.
 pub const RUNNING: &str = "Running";
+/// Reason: the provider reports the machine stopped (powered off).
+pub const STOPPED: &str = "Stopped";
 /// Reason: a transport is connected.
 pub const CONNECTED: &str = "Connected";
 /// Reason: connecting failed with a retryable error.

@@ -17,7 +17,7 @@
 //!
 //! let cloud = SimCloud::new();
 //! let sim = |owner: &str| {
-//!     let config = SimConfig { owner: owner.into(), ..SimConfig::default() };
+//!     let config = SimConfig::default().with_owner(owner);
 //!     Arc::new(SimProvider::new(cloud.clone(), config).unwrap())
 //! };
 //! let clients = Clients::new(sim("me"), sim("me"), sim("someone-else"));
@@ -53,6 +53,7 @@ use crate::user_data::{self, UserData, UserDataFormat};
 
 /// The clients the suite drives: all on one backend (one account, one inventory).
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Clients {
     /// The provider under test.
     pub provider: Arc<dyn MachineProvisioner>,
@@ -90,6 +91,7 @@ impl fmt::Debug for Clients {
 }
 
 /// What the suite needs to know about a provider.
+#[non_exhaustive]
 pub struct Fixture {
     /// Builds a spec the provider can create for a machine named `name` (image, size,
     /// provider settings filled in). The suite adds its own labels.
@@ -186,6 +188,47 @@ impl Fixture {
             .await
             .unwrap_or_else(|e| panic!("{p}: delete({}) failed: {e}", m.provider_id));
         self.wait_gone(p, &m.provider_id).await;
+    }
+
+    async fn get(&self, p: &dyn MachineProvisioner, id: &ProviderId) -> Machine {
+        p.get(id)
+            .await
+            .unwrap_or_else(|e| panic!("{p}: get({id}) failed: {e}"))
+    }
+
+    /// Polls `id` until its phase satisfies `want` (described as `what`), within the
+    /// boot timeout; a Failed machine or a retryable error on the way is a broken
+    /// promise only when the time is up.
+    async fn wait_for(
+        &self,
+        p: &dyn MachineProvisioner,
+        id: &ProviderId,
+        what: &str,
+        want: impl Fn(Phase) -> bool,
+    ) -> Machine {
+        let deadline = tokio::time::Instant::now() + self.boot_timeout;
+        loop {
+            let seen = match p.get(id).await {
+                Ok(m) if want(m.phase) => return m,
+                Ok(m) => {
+                    assert_ne!(
+                        m.phase,
+                        Phase::Failed,
+                        "{p}: machine {id} failed while waiting for it to be {what}: {:?}",
+                        m.failure
+                    );
+                    m.phase.to_string()
+                }
+                Err(e) if e.is_retryable() => e.to_string(),
+                Err(e) => panic!("{p}: get({id}) failed while waiting for {what}: {e}"),
+            };
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{p}: machine {id} was not {what} within {:?}: still {seen}",
+                self.boot_timeout
+            );
+            tokio::time::sleep(self.poll).await;
+        }
     }
 
     async fn create(&self, p: &dyn MachineProvisioner, what: &str) -> (MachineSpec, Machine) {
@@ -630,6 +673,45 @@ fn rank(phase: Phase) -> u8 {
     }
 }
 
+/// Power operations the capabilities declare work as their names say: after a stop, get
+/// reports the machine [`Phase::Stopped`] (not Provisioning, not Failed) within the boot
+/// timeout; after a start, and after a reboot, it runs again within the boot timeout.
+/// A provider declaring no power operation passes without a machine.
+pub async fn declared_power_operations_work(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
+    let power = p.capabilities().power;
+    if !(power.stop || power.reboot) {
+        return;
+    }
+    let (_, m) = fx.create(p, "power").await;
+    let id = &m.provider_id;
+    fx.wait_for(p, id, "running", Phase::is_running).await;
+    if power.stop {
+        p.power(id, PowerOp::Stop)
+            .await
+            .unwrap_or_else(|e| panic!("{p}: power Stop, which it declares, failed: {e}"));
+        let stopped = fx
+            .wait_for(p, id, "Stopped after a stop", |ph| ph == Phase::Stopped)
+            .await;
+        assert!(!stopped.phase.is_running(), "{p}: a stopped machine runs");
+        if power.start {
+            p.power(id, PowerOp::Start)
+                .await
+                .unwrap_or_else(|e| panic!("{p}: power Start, which it declares, failed: {e}"));
+            fx.wait_for(p, id, "running after a start", Phase::is_running)
+                .await;
+        }
+    }
+    if power.reboot && fx.get(p, id).await.phase.is_running() {
+        p.power(id, PowerOp::Reboot)
+            .await
+            .unwrap_or_else(|e| panic!("{p}: power Reboot, which it declares, failed: {e}"));
+        fx.wait_for(p, id, "running after a reboot", Phase::is_running)
+            .await;
+    }
+    fx.cleanup(p, &m).await;
+}
+
 /// Power operations the capabilities deny are refused with an error that is not
 /// worth retrying; console output is returned only where declared.
 pub async fn undeclared_operations_are_refused(c: &Clients, fx: &Fixture) {
@@ -880,6 +962,7 @@ pub async fn run_all(c: &Clients, fx: &Fixture) {
     new_client_adopts(c, fx).await;
     owners_never_see_each_other(c, fx).await;
     machines_reach_running(c, fx).await;
+    declared_power_operations_work(c, fx).await;
     undeclared_operations_are_refused(c, fx).await;
     user_data_round_trips(c, fx).await;
     oversized_user_data_is_refused_before_any_call(c, fx).await;
@@ -902,7 +985,7 @@ pub async fn run_all(c: &Clients, fx: &Fixture) {
 /// async fn setup() -> (Clients, Fixture, ()) {
 ///     let cloud = SimCloud::new();
 ///     let sim = |owner: &str| {
-///         let config = SimConfig { owner: owner.into(), ..SimConfig::default() };
+///         let config = SimConfig::default().with_owner(owner);
 ///         Arc::new(SimProvider::new(cloud.clone(), config).unwrap())
 ///     };
 ///     let clients = Clients::new(sim("me"), sim("me"), sim("them"));
@@ -928,6 +1011,7 @@ macro_rules! conformance_tests {
             new_client_adopts,
             owners_never_see_each_other,
             machines_reach_running,
+            declared_power_operations_work,
             undeclared_operations_are_refused,
             user_data_round_trips,
             oversized_user_data_is_refused_before_any_call,

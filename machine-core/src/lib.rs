@@ -2,7 +2,7 @@
 //!
 //! Machines apart from their software. A [`MachineProvisioner`] knows one infrastructure
 //! (EC2, vSphere, a Redfish BMC, the in-memory [`sim`]) and nothing about what runs on
-//! its machines; a [`SoftwareProvisioner`] knows what to put on a machine and nothing
+//! its machines; a [`Software`] layer knows what to put on a machine and nothing
 //! about where it came from. A [`Composer`] chains them:
 //!
 //! - **coupled**: the software is rendered into user data and injected when the machine
@@ -63,8 +63,9 @@ pub mod user_data;
 
 pub use capabilities::{Capabilities, PowerOp, PowerOperations, SizeBasis, UserDataDelivery};
 pub use composer::{
-    Action, Composer, ComposerBuilder, ComposerSettings, Deadlines, FailurePolicy, FleetResult,
-    Layer, MAX_DURATION, MAX_POLL_INTERVAL, Provisioned, Reconciled,
+    Action, BootstrapState, BootstrapStep, Bootstrapper, Composer, ComposerBuilder,
+    ComposerSettings, Deadlines, FailurePolicy, FleetResult, Layer, MAX_DURATION,
+    MAX_POLL_INTERVAL, Provisioned, Reconciled,
 };
 pub use error::{Error, ErrorKind, MAX_SHOWN_VALUE_CHARS, Result, Shown, shown, shown_key};
 pub use locate::{at_document_line, field_in_document};
@@ -78,7 +79,8 @@ pub use observe::{EventSink, ProgressEvent, Timeline};
 pub use provisioner::{DEFAULT_OWNER, MachineProvisioner, unsupported_power_op};
 pub use retry::RetryPolicy;
 pub use software::{
-    CAPI_SENTINEL, Completion, CompletionCheck, Mode, SentinelFile, SoftwareProvisioner,
+    CAPI_SENTINEL, Completion, CompletionCheck, CoupledSoftware, DecoupledSoftware, Mode,
+    SentinelFile, Software,
 };
 pub use spec::{
     FleetSpec, MAX_DOCUMENT_BYTES, MAX_SSH_PUBLIC_KEY_LEN, MAX_TIMEOUT, MAX_YAML_ALIAS_EVENTS,

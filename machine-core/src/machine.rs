@@ -102,9 +102,13 @@ impl fmt::Debug for ProviderId {
 
 /// Where a machine is in its life.
 ///
-/// Providers report `Pending` through `Provisioned`, `Deleting`, `Deleted` and `Failed`;
-/// the composer adds `Bootstrapping` and `Ready`, which depend on software.
+/// Providers report `Pending` through `Provisioned`, `Stopped`, `Deleting`, `Deleted` and
+/// `Failed`; the composer adds `Bootstrapping` and `Ready`, which depend on software.
+///
+/// `#[non_exhaustive]`: phases may be added in minor releases, so a `match` outside this
+/// crate needs a catch-all arm (treat an unknown phase as "not running yet").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Phase {
     /// Accepted by the provider, no resources yet.
     Pending,
@@ -116,6 +120,9 @@ pub enum Phase {
     Bootstrapping,
     /// Running with all its software.
     Ready,
+    /// The machine exists but is powered off (after a stop, or stopping): not running,
+    /// not failed. A start brings it back through `Provisioning`; its software stays.
+    Stopped,
     /// Going away.
     Deleting,
     /// Gone; some providers list gone machines for a while.
@@ -126,11 +133,23 @@ pub enum Phase {
 
 impl Phase {
     /// Whether the machine is up at its provider (running, whatever its software).
+    /// `Stopped` is not running.
     pub fn is_running(self) -> bool {
         matches!(
             self,
             Phase::Provisioned | Phase::Bootstrapping | Phase::Ready
         )
+    }
+
+    /// Whether the machine is going or gone (`Deleting`, `Deleted`).
+    pub fn is_deleting(self) -> bool {
+        matches!(self, Phase::Deleting | Phase::Deleted)
+    }
+
+    /// Whether the phase is final until someone acts: `Ready`, `Stopped` (until a start)
+    /// or `Failed` (until a delete). A controller waits for a change there.
+    pub fn is_settled(self) -> bool {
+        matches!(self, Phase::Ready | Phase::Stopped | Phase::Failed)
     }
 }
 

@@ -16,6 +16,7 @@ use crate::name::MachineName;
 
 /// Something that happened to one machine.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ProgressEvent {
     /// The machine.
     pub machine: MachineName,
@@ -26,6 +27,18 @@ pub struct ProgressEvent {
     /// When it happened.
     #[serde(with = "humantime_serde")]
     pub at: SystemTime,
+}
+
+impl ProgressEvent {
+    /// An event that happens now.
+    pub fn new(machine: MachineName, phase: Phase, message: impl Into<String>) -> Self {
+        ProgressEvent {
+            machine,
+            phase,
+            message: message.into(),
+            at: SystemTime::now(),
+        }
+    }
 }
 
 /// Sends progress events to any number of subscribers; sending with none is cheap.
@@ -55,12 +68,9 @@ impl EventSink {
         message: impl FnOnce() -> String,
     ) {
         if self.tx.receiver_count() > 0 {
-            let _ = self.tx.send(ProgressEvent {
-                machine: machine.clone(),
-                phase,
-                message: message(),
-                at: SystemTime::now(),
-            });
+            let _ = self
+                .tx
+                .send(ProgressEvent::new(machine.clone(), phase, message()));
         }
     }
 }
@@ -73,6 +83,7 @@ impl Default for EventSink {
 
 /// Where one machine's provisioning time went, each mark measured from the start.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Timeline {
     /// When the provider accepted the create (or the existing machine was adopted).
     pub created: Option<Duration>,
@@ -80,6 +91,9 @@ pub struct Timeline {
     pub running: Option<Duration>,
     /// When a transport first reached it.
     pub reachable: Option<Duration>,
+    /// When the completion check first reported the coupled software finished (`None`
+    /// without a check).
+    pub complete: Option<Duration>,
     /// When every layer was done.
     pub ready: Option<Duration>,
 }

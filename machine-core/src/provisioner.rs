@@ -49,6 +49,9 @@ pub const DEFAULT_OWNER: &str = "machine-provisioning";
 ///   (the backend says so). A momentary misread (a timeout, a half-written record) is a
 ///   retryable error instead: the composer gives up on the first `Failed`.
 /// - **Ordering**: `list` returns machines in name order.
+/// - **Power**: a machine that is powered off, or stopping, is [`crate::Phase::Stopped`]
+///   (never `Provisioning`, never `Failed`); after a start it goes back through
+///   `Provisioning` to running.
 ///
 /// Implement it with `#[async_trait]` (re-exported by this crate's dependencies as the
 /// `async_trait` crate), as the simulator in [`crate::sim`] does; read that first, it
@@ -84,6 +87,8 @@ pub trait MachineProvisioner: Send + Sync + std::fmt::Display {
     async fn user_data(&self, id: &ProviderId) -> Result<Option<UserData>>;
 
     /// Runs a power operation; a permanent error when [`Capabilities::power`] lacks it.
+    /// [`PowerOp`] is `#[non_exhaustive]`: refuse the operations you do not map with
+    /// [`unsupported_power_op`].
     async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()>;
 
     /// The machine's console output, where [`Capabilities::console_output`] says so.

@@ -11,7 +11,11 @@ use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
 use crate::error::{Error, Result};
 
 /// How to retry: capped exponential backoff with jitter, for retryable errors only.
+///
+/// `#[non_exhaustive]`: start from [`RetryPolicy::default`] or [`RetryPolicy::none`] and
+/// adjust with the `with_*` methods (or assign the public fields).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Attempts after the first; 0 disables retrying.
     pub max_retries: usize,
@@ -52,6 +56,42 @@ impl RetryPolicy {
             max_retries: 0,
             ..RetryPolicy::default()
         }
+    }
+
+    /// Sets the number of attempts after the first.
+    pub fn with_max_retries(mut self, n: usize) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// Sets the delay before the first retry.
+    pub fn with_initial_delay(mut self, d: Duration) -> Self {
+        self.initial_delay = d;
+        self
+    }
+
+    /// Sets the largest delay between two attempts.
+    pub fn with_max_delay(mut self, d: Duration) -> Self {
+        self.max_delay = d;
+        self
+    }
+
+    /// Sets the growth factor between delays.
+    pub fn with_factor(mut self, factor: f32) -> Self {
+        self.factor = factor;
+        self
+    }
+
+    /// Sets whether delays are jittered.
+    pub fn with_jitter(mut self, jitter: bool) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Sets the budget for the whole call (`None`: bounded by the retry count alone).
+    pub fn with_max_elapsed(mut self, budget: Option<Duration>) -> Self {
+        self.max_elapsed = budget;
+        self
     }
 
     /// The successive delays this policy would wait (with jitter when enabled).

@@ -1,4 +1,4 @@
-//! The software half: a [`SoftwareProvisioner`] knows what to put on a machine and
+//! The software half: a [`Software`] layer knows what to put on a machine and
 //! nothing about where the machine came from.
 
 use std::fmt;
@@ -14,6 +14,7 @@ use crate::user_data::{CompletionWaiter, UserDataPart};
 
 /// How a layer of software reaches a machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Mode {
     /// Rendered into user data and injected when the machine is created.
     Coupled,
@@ -27,25 +28,31 @@ impl fmt::Display for Mode {
     }
 }
 
-/// A layer of software: users, files, packages, an agent.
+/// A layer of software: users, files, packages, an agent. This trait only names it; what
+/// the layer can do is said by the role traits it implements:
 ///
-/// A layer supports one or both [`Mode`]s. Coupled, it contributes user-data parts;
-/// decoupled, it applies itself through a transport and can tell whether it already has
-/// been, so that a rerun after a crash skips it.
-#[async_trait]
-pub trait SoftwareProvisioner: Send + Sync {
+/// - [`CoupledSoftware`]: it renders itself into user data, injected when the machine is
+///   created;
+/// - [`DecoupledSoftware`]: it applies itself over a [`Transport`] once the machine runs,
+///   and can tell whether it already has been, so that a rerun after a crash skips it.
+///
+/// A layer that can do both implements both (as [`crate::steps::StepLayer`] does). The
+/// composer takes each layer by role ([`crate::ComposerBuilder::coupled`],
+/// [`crate::ComposerBuilder::decoupled`]), so a layer given a mode it lacks does not
+/// compile.
+pub trait Software: Send + Sync {
     /// A short name for logs, conditions and progress (a DNS label is a good choice).
     fn name(&self) -> &str;
+}
 
-    /// Whether the layer can be applied in `mode`.
-    fn supports(&self, mode: Mode) -> bool;
-
-    /// Coupled mode: the user-data parts for the machine `spec`, in order. Called before
-    /// the machine is created; must not do I/O.
+/// A layer delivered in user data at creation ([`Mode::Coupled`]).
+pub trait CoupledSoftware: Software {
+    /// The user-data parts for the machine `spec`, in order. Called before the machine
+    /// is created; must not do I/O.
     fn user_data_parts(&self, spec: &MachineSpec) -> Result<Vec<UserDataPart>>;
 
-    /// Coupled mode: SSH host public keys (OpenSSH format) this layer's user data puts on
-    /// `spec`'s machine, such as pre-generated host keys. The composer adds them to the
+    /// SSH host public keys (OpenSSH format) this layer's user data puts on `spec`'s
+    /// machine, such as pre-generated host keys. The composer adds them to the
     /// machine's [`crate::Access::host_keys`] before connecting, so the transport pins
     /// them and never trusts on first use. They must be the same on every call for the
     /// same spec, in any process (derive them, do not draw them at random per call).
@@ -54,11 +61,15 @@ pub trait SoftwareProvisioner: Send + Sync {
         let _ = spec;
         Ok(Vec::new())
     }
+}
 
-    /// Decoupled mode: whether the layer is already fully applied on `machine`.
+/// A layer applied over a [`Transport`] to a running machine ([`Mode::Decoupled`]).
+#[async_trait]
+pub trait DecoupledSoftware: Software {
+    /// Whether the layer is already fully applied on `machine`.
     async fn is_applied(&self, machine: &Machine, transport: &dyn Transport) -> Result<bool>;
 
-    /// Decoupled mode: applies the layer. Must be safe to call again after a partial run.
+    /// Applies the layer. Must be safe to call again after a partial run.
     async fn apply(&self, machine: &Machine, transport: &dyn Transport) -> Result<()>;
 }
 

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::machine::Machine;
 use crate::name::check_dns_label;
-use crate::software::{Mode, SoftwareProvisioner};
+use crate::software::{CoupledSoftware, DecoupledSoftware, Software};
 use crate::spec::MachineSpec;
 use crate::transport::{ExecRequest, FileUpload, Transport};
 use crate::user_data::{UserDataFormat, UserDataPart, hex};
@@ -202,16 +202,14 @@ impl StepLayer {
     }
 }
 
-#[async_trait]
-impl SoftwareProvisioner for StepLayer {
+impl Software for StepLayer {
     fn name(&self) -> &str {
         &self.name
     }
+}
 
-    fn supports(&self, _mode: Mode) -> bool {
-        true
-    }
-
+/// Coupled, the steps run as one shell script at first boot.
+impl CoupledSoftware for StepLayer {
     fn user_data_parts(&self, _spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
         Ok(vec![UserDataPart::new(
             UserDataFormat::ShellScript,
@@ -219,7 +217,12 @@ impl SoftwareProvisioner for StepLayer {
             self.render_script(),
         )])
     }
+}
 
+/// Decoupled, each step runs over the transport and is recorded on the machine, so a
+/// rerun skips the steps already done.
+#[async_trait]
+impl DecoupledSoftware for StepLayer {
     async fn is_applied(&self, _machine: &Machine, transport: &dyn Transport) -> Result<bool> {
         let done = self.done_hashes(transport).await?;
         Ok(self.hashes.iter().all(|h| done.contains(h)))

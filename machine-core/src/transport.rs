@@ -21,7 +21,9 @@ pub const DEFAULT_MAX_OUTPUT: usize = 1 << 20;
 ///
 /// The command line is logged and shown in errors, so it must not hold secrets: pass
 /// them in [`ExecRequest::env`], whose values are [`SecretString`]s and never shown.
+/// `#[non_exhaustive]`: build it with [`ExecRequest::new`] and the builder methods.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ExecRequest {
     /// The command line, run by the machine's shell (`sh -c`).
     pub command: String,
@@ -62,6 +64,12 @@ impl ExecRequest {
     /// Sets a timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Keeps at most `bytes` of stdout and of stderr (the tail).
+    pub fn max_output(mut self, bytes: usize) -> Self {
+        self.max_output = bytes;
         self
     }
 
@@ -130,6 +138,7 @@ impl fmt::Debug for ExecRequest {
 }
 
 /// A request ready for a remote shell, from [`ExecRequest::remote_shell`].
+#[non_exhaustive]
 pub struct RemoteShell {
     /// The command line to send; it holds no secret.
     pub line: String,
@@ -150,8 +159,10 @@ impl fmt::Debug for RemoteShell {
     }
 }
 
-/// What a command did.
+/// What a command did. `#[non_exhaustive]`: a transport builds it with
+/// [`ExecOutput::new`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExecOutput {
     /// The exit status; `None` when the command was killed by a signal.
     pub status: Option<i32>,
@@ -164,6 +175,27 @@ pub struct ExecOutput {
 }
 
 impl ExecOutput {
+    /// The outcome of a command that exited with `status` (`None`: killed by a signal),
+    /// with the tails of its output, not truncated.
+    pub fn new(
+        status: Option<i32>,
+        stdout: impl Into<Vec<u8>>,
+        stderr: impl Into<Vec<u8>>,
+    ) -> Self {
+        ExecOutput {
+            status,
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+            truncated: false,
+        }
+    }
+
+    /// Sets whether stdout or stderr was cut to the bound.
+    pub fn with_truncated(mut self, truncated: bool) -> Self {
+        self.truncated = truncated;
+        self
+    }
+
     /// Whether the command exited with status 0.
     pub fn success(&self) -> bool {
         self.status == Some(0)
@@ -189,8 +221,10 @@ impl ExecOutput {
     }
 }
 
-/// A file to put on a machine.
+/// A file to put on a machine. `#[non_exhaustive]`: build it with [`FileUpload::new`]
+/// and the builder methods.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FileUpload {
     /// Absolute path on the machine.
     pub path: String,
@@ -216,6 +250,12 @@ impl FileUpload {
     /// Sets the mode.
     pub fn mode(mut self, mode: u32) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Sets the owner (`user` or `user:group`).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
         self
     }
 }

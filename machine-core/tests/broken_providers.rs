@@ -39,6 +39,8 @@ enum Broken {
     GetDropsLabels,
     /// create checks only the size of user data, not its format.
     AcceptsAnyFormat,
+    /// A stopped machine is reported Provisioning, as EC2's stopped instances were.
+    StoppedIsProvisioning,
 }
 
 struct Stored {
@@ -47,6 +49,7 @@ struct Stored {
     labels: Labels,
     user_data: Option<UserData>,
     deleted: bool,
+    stopped: bool,
     polls: u32,
 }
 
@@ -70,18 +73,10 @@ impl fmt::Display for Memory {
     }
 }
 
-fn capabilities(formats: Vec<UserDataFormat>) -> Capabilities {
-    Capabilities {
-        user_data: Some(UserDataDelivery {
-            max_bytes: 4096,
-            size_basis: SizeBasis::Raw,
-            gzip: false,
-            formats,
-        }),
-        power: PowerOperations::default(),
-        console_output: false,
-        host_key_discovery: false,
-    }
+fn capabilities(formats: Vec<UserDataFormat>, power: PowerOperations) -> Capabilities {
+    Capabilities::default()
+        .with_user_data(UserDataDelivery::new(4096, SizeBasis::Raw, formats))
+        .with_power(power)
 }
 
 impl Memory {
@@ -97,6 +92,8 @@ impl Memory {
         s.polls += 1;
         let phase = match self.broken {
             _ if s.deleted => Phase::Deleted,
+            Broken::StoppedIsProvisioning if s.stopped => Phase::Provisioning,
+            _ if s.stopped => Phase::Stopped,
             Broken::NeverBoots => Phase::Pending,
             Broken::StuckProvisioning => Phase::Provisioning,
             _ if s.polls > 2 => Phase::Provisioned,
@@ -151,6 +148,7 @@ impl MachineProvisioner for Memory {
             labels: spec.labels.clone(),
             user_data: user_data.cloned(),
             deleted: false,
+            stopped: false,
             polls: 0,
         };
         let m = self.view(n, &mut stored);
@@ -218,12 +216,24 @@ impl MachineProvisioner for Memory {
         }
     }
 
-    async fn power(&self, _id: &ProviderId, op: PowerOp) -> Result<()> {
-        if self.broken == Broken::PowerAlwaysOk || self.caps.power.supports(op) {
-            Ok(())
-        } else {
-            Err(machine_core::unsupported_power_op(self, op))
+    async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
+        if self.broken != Broken::PowerAlwaysOk && !self.caps.power.supports(op) {
+            return Err(machine_core::unsupported_power_op(self, op));
         }
+        let mut all = self.backend.machines.lock().unwrap();
+        if let Some(s) = Memory::number(id).and_then(|n| all.get_mut(&n))
+            && self.mine(s)
+        {
+            match op {
+                PowerOp::Stop => s.stopped = true,
+                _ => {
+                    // Boots again: running after the same polls as a new machine.
+                    s.stopped = false;
+                    s.polls = 0;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn console_output(&self, _id: &ProviderId) -> Result<Option<String>> {
@@ -232,13 +242,21 @@ impl MachineProvisioner for Memory {
 }
 
 fn clients_with(broken: Broken, formats: Vec<UserDataFormat>) -> Clients {
+    clients_with_power(broken, formats, PowerOperations::none())
+}
+
+fn clients_with_power(
+    broken: Broken,
+    formats: Vec<UserDataFormat>,
+    power: PowerOperations,
+) -> Clients {
     let backend = Backend::default();
     let make = |owner: &str| -> Arc<dyn MachineProvisioner> {
         Arc::new(Memory {
             backend: backend.clone(),
             owner: owner.into(),
             broken,
-            caps: capabilities(formats.clone()),
+            caps: capabilities(formats.clone(), power),
         })
     };
     Clients::new(make("me"), make("me"), make("them"))
@@ -262,6 +280,27 @@ fn fixture() -> Fixture {
 #[tokio::test]
 async fn a_correct_provider_passes() {
     conformance::run_all(&clients(Broken::Nothing), &fixture()).await;
+}
+
+#[tokio::test]
+async fn a_correct_provider_with_power_operations_passes() {
+    let c = clients_with_power(
+        Broken::Nothing,
+        vec![UserDataFormat::CloudConfig],
+        PowerOperations::all(),
+    );
+    conformance::run_all(&c, &fixture()).await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "was not Stopped after a stop within 500ms: still Provisioning")]
+async fn a_stopped_machine_reported_as_provisioning_fails() {
+    let c = clients_with_power(
+        Broken::StoppedIsProvisioning,
+        vec![UserDataFormat::CloudConfig],
+        PowerOperations::all(),
+    );
+    conformance::run_all(&c, &fixture()).await;
 }
 
 #[tokio::test]

@@ -22,16 +22,16 @@ fn sim(cloud: &SimCloud, config: SimConfig) -> Arc<SimProvider> {
 }
 
 fn fast_settings() -> ComposerSettings {
-    ComposerSettings {
-        deadlines: Deadlines {
-            create: Duration::from_secs(5),
-            boot: Duration::from_secs(5),
-            bootstrap: Duration::from_millis(400),
-            delete: Duration::from_secs(5),
-        },
-        poll_interval: Duration::from_millis(10),
-        on_failure: FailurePolicy::KeepForDebugging,
-    }
+    ComposerSettings::default()
+        .with_deadlines(
+            Deadlines::default()
+                .with_create(Duration::from_secs(5))
+                .with_boot(Duration::from_secs(5))
+                .with_bootstrap(Duration::from_millis(400))
+                .with_delete(Duration::from_secs(5)),
+        )
+        .with_poll_interval(Duration::from_millis(10))
+        .with_on_failure(FailurePolicy::KeepForDebugging)
 }
 
 fn base() -> Arc<StepLayer> {
@@ -208,10 +208,7 @@ async fn reconcile_never_waits_for_boot_and_says_when_to_look_again() {
     let cloud = SimCloud::new();
     let provider = sim(
         &cloud,
-        SimConfig {
-            boot_latency: Duration::from_millis(150),
-            ..SimConfig::default()
-        },
+        SimConfig::default().with_boot_latency(Duration::from_millis(150)),
     );
     let composer = Composer::builder(provider)
         .decoupled(base())
@@ -315,12 +312,11 @@ async fn a_failing_step_is_a_permanent_error_and_a_rerun_resumes_at_it() {
         .unwrap();
     cloud.on_exec(
         "apt-get install",
-        ExecOutput {
-            status: Some(100),
-            stdout: vec![],
-            stderr: b"E: Unable to locate package nginx\n".to_vec(),
-            truncated: false,
-        },
+        ExecOutput::new(
+            Some(100),
+            vec![],
+            b"E: Unable to locate package nginx\n".to_vec(),
+        ),
     );
     let s = spec("failing-step");
     let e = composer
@@ -333,15 +329,7 @@ async fn a_failing_step_is_a_permanent_error_and_a_rerun_resumes_at_it() {
     assert!(msg.contains("status 100"), "{msg}");
     assert!(msg.contains("Unable to locate package nginx"), "{msg}");
 
-    cloud.on_exec(
-        "apt-get install",
-        ExecOutput {
-            status: Some(0),
-            stdout: vec![],
-            stderr: vec![],
-            truncated: false,
-        },
-    );
+    cloud.on_exec("apt-get install", ExecOutput::new(Some(0), vec![], vec![]));
     let done = composer
         .provision(&s, &CancellationToken::new())
         .await
@@ -362,15 +350,7 @@ async fn a_failing_step_is_a_permanent_error_and_a_rerun_resumes_at_it() {
 #[tokio::test]
 async fn delete_on_failure_removes_the_machine_and_keep_leaves_it() {
     let cloud = SimCloud::new();
-    cloud.on_exec(
-        "false",
-        ExecOutput {
-            status: Some(1),
-            stdout: vec![],
-            stderr: b"no\n".to_vec(),
-            truncated: false,
-        },
-    );
+    cloud.on_exec("false", ExecOutput::new(Some(1), vec![], b"no\n".to_vec()));
     let failing = Arc::new(StepLayer::new("bad", vec![Step::run("false")]).unwrap());
     for (policy, survives) in [
         (FailurePolicy::DeleteOnFailure, false),
@@ -380,10 +360,7 @@ async fn delete_on_failure_removes_the_machine_and_keep_leaves_it() {
         let composer = Composer::builder(provider.clone())
             .decoupled(failing.clone())
             .connector(Arc::new(SimConnector::new(cloud.clone())))
-            .settings(ComposerSettings {
-                on_failure: policy,
-                ..fast_settings()
-            })
+            .settings(fast_settings().with_on_failure(policy))
             .build()
             .unwrap();
         let s = spec(&format!("policy-{}", survives as u8));
@@ -439,13 +416,7 @@ async fn an_unreachable_machine_times_out_in_bootstrap_saying_why() {
 #[tokio::test]
 async fn a_boot_failure_fails_fast_with_the_provider_reason() {
     let cloud = SimCloud::new();
-    let provider = sim(
-        &cloud,
-        SimConfig {
-            boot_failure_rate: 1.0,
-            ..SimConfig::default()
-        },
-    );
+    let provider = sim(&cloud, SimConfig::default().with_boot_failure_rate(1.0));
     let composer = Composer::builder(provider)
         .settings(fast_settings())
         .build()
@@ -463,11 +434,9 @@ async fn fleets_run_with_bounded_concurrency_and_report_per_machine() {
     let cloud = SimCloud::new();
     let provider = sim(
         &cloud,
-        SimConfig {
-            boot_latency: Duration::from_millis(5),
-            boot_jitter: Duration::from_millis(10),
-            ..SimConfig::default()
-        },
+        SimConfig::default()
+            .with_boot_latency(Duration::from_millis(5))
+            .with_boot_jitter(Duration::from_millis(10)),
     );
     let composer = Composer::builder(provider)
         .coupled(base())
@@ -631,20 +600,14 @@ struct Gauge {
     max: std::sync::atomic::AtomicUsize,
 }
 
-#[async_trait::async_trait]
-impl machine_core::SoftwareProvisioner for Gauge {
+impl machine_core::Software for Gauge {
     fn name(&self) -> &str {
         "gauge"
     }
-    fn supports(&self, mode: machine_core::Mode) -> bool {
-        mode == machine_core::Mode::Decoupled
-    }
-    fn user_data_parts(
-        &self,
-        _: &MachineSpec,
-    ) -> machine_core::Result<Vec<machine_core::UserDataPart>> {
-        Ok(vec![])
-    }
+}
+
+#[async_trait::async_trait]
+impl machine_core::DecoupledSoftware for Gauge {
     async fn is_applied(
         &self,
         _: &machine_core::Machine,
@@ -700,12 +663,7 @@ async fn sim_exec_output_keeps_the_tail_within_the_bound() {
     let m = provider.create(&spec("chatty"), None).await.unwrap();
     cloud.on_exec(
         "yes",
-        ExecOutput {
-            status: Some(0),
-            stdout: b"0123456789".to_vec(),
-            stderr: vec![],
-            truncated: false,
-        },
+        ExecOutput::new(Some(0), b"0123456789".to_vec(), vec![]),
     );
     let t = SimConnector::new(cloud.clone()).connect(&m).await.unwrap();
     let mut req = ExecRequest::new("yes");
@@ -718,14 +676,13 @@ async fn sim_exec_output_keeps_the_tail_within_the_bound() {
 /// A coupled layer that puts a fixed host key on every machine.
 struct PinnedKey;
 
-#[async_trait::async_trait]
-impl machine_core::SoftwareProvisioner for PinnedKey {
+impl machine_core::Software for PinnedKey {
     fn name(&self) -> &str {
         "hostkey"
     }
-    fn supports(&self, mode: machine_core::Mode) -> bool {
-        mode == machine_core::Mode::Coupled
-    }
+}
+
+impl machine_core::CoupledSoftware for PinnedKey {
     fn user_data_parts(
         &self,
         _: &MachineSpec,
@@ -738,20 +695,6 @@ impl machine_core::SoftwareProvisioner for PinnedKey {
     }
     fn host_keys(&self, spec: &MachineSpec) -> machine_core::Result<Vec<String>> {
         Ok(vec![format!("ssh-ed25519 AAAAPINNED {}", spec.name)])
-    }
-    async fn is_applied(
-        &self,
-        _: &machine_core::Machine,
-        _: &dyn machine_core::Transport,
-    ) -> machine_core::Result<bool> {
-        Ok(true)
-    }
-    async fn apply(
-        &self,
-        _: &machine_core::Machine,
-        _: &dyn machine_core::Transport,
-    ) -> machine_core::Result<()> {
-        Ok(())
     }
 }
 
@@ -850,4 +793,51 @@ async fn reconciling_a_ready_machine_with_its_last_status_changes_nothing_and_co
     let fresh = composer.reconcile(&s, None).await.unwrap().machine.unwrap();
     assert_eq!(fresh.phase, Phase::Ready);
     assert_eq!(spy.seen.lock().unwrap().len(), connects + 1);
+}
+
+#[tokio::test]
+async fn a_stopped_machine_is_neither_ready_nor_failed_and_is_looked_at_again() {
+    let cloud = SimCloud::new();
+    let provider = sim(&cloud, SimConfig::default());
+    let composer = Composer::builder(provider.clone())
+        .decoupled(base())
+        .connector(Arc::new(SimConnector::new(cloud.clone())))
+        .settings(fast_settings())
+        .build()
+        .unwrap();
+    let s = spec("stopped");
+    let ready = composer
+        .provision(&s, &CancellationToken::new())
+        .await
+        .unwrap()
+        .machine;
+    assert_eq!(ready.phase, Phase::Ready);
+
+    provider
+        .power(&ready.provider_id, machine_core::PowerOp::Stop)
+        .await
+        .unwrap();
+    let r = composer.reconcile(&s, Some(&ready)).await.unwrap();
+    let m = r.machine.unwrap();
+    assert_eq!(m.phase, Phase::Stopped, "not Ready, not Failed");
+    assert!(m.failure.is_none());
+    let infra = m.condition("InfrastructureReady").unwrap();
+    assert!(!infra.status);
+    assert_eq!(infra.reason, machine_core::conditions::STOPPED);
+    assert_eq!(
+        r.action,
+        Action::Requeue(Duration::from_millis(10)),
+        "looked at again: someone may start it"
+    );
+
+    // Started again, the next reconcile verifies the software and reports Ready.
+    provider
+        .power(&ready.provider_id, machine_core::PowerOp::Start)
+        .await
+        .unwrap();
+    let r = composer.reconcile(&s, Some(&m)).await.unwrap();
+    let m = r.machine.unwrap();
+    assert_eq!(m.phase, Phase::Ready);
+    assert_eq!(r.action, Action::AwaitChange);
+    assert!(m.condition("InfrastructureReady").unwrap().status);
 }

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::{
-    CancellationToken, Composer, ComposerSettings, Deadlines, ErrorKind, FailurePolicy, Machine,
-    MachineName, MachineProvisioner, MachineSpec, Mode, Phase, Result, SoftwareProvisioner,
-    Transport, UserDataPart,
+    CancellationToken, Composer, ComposerSettings, Deadlines, DecoupledSoftware, ErrorKind,
+    FailurePolicy, Machine, MachineName, MachineProvisioner, MachineSpec, Phase, Result, Software,
+    Transport,
 };
 use tokio::time::Instant;
 
@@ -19,16 +19,16 @@ fn spec(name: &str) -> MachineSpec {
 }
 
 fn settings(create: u64, boot: u64, bootstrap: u64, poll: Duration) -> ComposerSettings {
-    ComposerSettings {
-        deadlines: Deadlines {
-            create: Duration::from_secs(create),
-            boot: Duration::from_secs(boot),
-            bootstrap: Duration::from_secs(bootstrap),
-            delete: Duration::from_secs(600),
-        },
-        poll_interval: poll,
-        on_failure: FailurePolicy::KeepForDebugging,
-    }
+    ComposerSettings::default()
+        .with_deadlines(
+            Deadlines::default()
+                .with_create(Duration::from_secs(create))
+                .with_boot(Duration::from_secs(boot))
+                .with_bootstrap(Duration::from_secs(bootstrap))
+                .with_delete(Duration::from_secs(600)),
+        )
+        .with_poll_interval(poll)
+        .with_on_failure(FailurePolicy::KeepForDebugging)
 }
 
 /// A decoupled layer whose apply takes `takes` of (tokio) time.
@@ -36,17 +36,14 @@ struct Slow {
     takes: Duration,
 }
 
-#[async_trait]
-impl SoftwareProvisioner for Slow {
+impl Software for Slow {
     fn name(&self) -> &str {
         "slow"
     }
-    fn supports(&self, mode: Mode) -> bool {
-        mode == Mode::Decoupled
-    }
-    fn user_data_parts(&self, _: &MachineSpec) -> Result<Vec<UserDataPart>> {
-        Ok(Vec::new())
-    }
+}
+
+#[async_trait]
+impl DecoupledSoftware for Slow {
     async fn is_applied(&self, _: &Machine, _: &dyn Transport) -> Result<bool> {
         Ok(false)
     }
@@ -58,10 +55,7 @@ impl SoftwareProvisioner for Slow {
 
 fn composer(cloud: &SimCloud, layer_takes: Duration, settings: ComposerSettings) -> Composer {
     // Machines take 5 s (of tokio time) to boot, so there is a wait after creation.
-    let config = SimConfig {
-        boot_latency: Duration::from_secs(5),
-        ..SimConfig::default()
-    };
+    let config = SimConfig::default().with_boot_latency(Duration::from_secs(5));
     let provider = Arc::new(SimProvider::new(cloud.clone(), config).unwrap());
     Composer::builder(provider)
         .decoupled(Arc::new(Slow { takes: layer_takes }))
@@ -166,10 +160,7 @@ async fn deprovision_sees_a_cancel_within_100ms_not_after_the_poll_interval() {
     let provider = Arc::new(
         SimProvider::new(
             cloud.clone(),
-            SimConfig {
-                delete_latency: Duration::from_secs(600),
-                ..SimConfig::default()
-            },
+            SimConfig::default().with_delete_latency(Duration::from_secs(600)),
         )
         .unwrap(),
     );

@@ -27,10 +27,7 @@ fn clients(
     make: impl Fn(&SimCloud, SimConfig) -> Arc<dyn MachineProvisioner>,
     config: SimConfig,
 ) -> Clients {
-    let other = SimConfig {
-        owner: format!("{}-other", config.owner),
-        ..config.clone()
-    };
+    let other = config.clone().with_owner(format!("{}-other", config.owner));
     Clients::new(
         make(cloud, config.clone()),
         make(cloud, config),
@@ -53,33 +50,29 @@ machine_core::conformance_tests!(setup);
 #[tokio::test]
 async fn sim_with_boot_and_delete_latency_passes_conformance() {
     let cloud = SimCloud::new();
-    let config = SimConfig {
-        boot_latency: Duration::from_millis(30),
-        boot_jitter: Duration::from_millis(20),
-        delete_latency: Duration::from_millis(30),
-        ..SimConfig::default()
-    };
+    let config = SimConfig::default()
+        .with_boot_latency(Duration::from_millis(30))
+        .with_boot_jitter(Duration::from_millis(20))
+        .with_delete_latency(Duration::from_millis(30));
     conformance::run_all(&clients(&cloud, bare, config), &fixture()).await;
 }
 
 fn faulty(cloud: &SimCloud, config: SimConfig) -> Arc<dyn MachineProvisioner> {
     // Fixed seeds, a different one per client, so a failure can be replayed.
     static SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(7);
-    let faults = FaultConfig {
-        error_rate: 0.2,
-        throttle_rate: 0.1,
-        retry_after: Some(Duration::from_millis(2)),
-        lost_response_rate: 0.2,
-        latency_jitter: Duration::from_millis(2),
-        seed: Some(SEED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
-        ..FaultConfig::default()
-    };
-    let policy = RetryPolicy {
-        max_retries: 12,
-        initial_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(5),
-        ..RetryPolicy::default()
-    };
+    let faults = FaultConfig::default()
+        .with_error_rate(0.2)
+        .with_throttle_rate(0.1)
+        .with_retry_after(Some(Duration::from_millis(2)))
+        .with_lost_response_rate(0.2)
+        .with_latency_jitter(Duration::from_millis(2))
+        .with_seed(Some(
+            SEED.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        ));
+    let policy = RetryPolicy::default()
+        .with_max_retries(12)
+        .with_initial_delay(Duration::from_millis(1))
+        .with_max_delay(Duration::from_millis(5));
     Arc::new(Retrying::new(
         FaultInjecting::new(sim(cloud, config), faults).unwrap(),
         policy,
@@ -127,10 +120,7 @@ async fn faults_without_retries_surface_as_transient_errors() {
     let cloud = SimCloud::new();
     let p = FaultInjecting::new(
         sim(&cloud, SimConfig::default()),
-        FaultConfig {
-            error_rate: 1.0,
-            ..FaultConfig::default()
-        },
+        FaultConfig::default().with_error_rate(1.0),
     )
     .unwrap();
     let e = p
@@ -150,10 +140,7 @@ fn fault_rates_outside_zero_to_one_are_refused() {
     let cloud = SimCloud::new();
     let e = FaultInjecting::new(
         sim(&cloud, SimConfig::default()),
-        FaultConfig {
-            throttle_rate: 1.5,
-            ..FaultConfig::default()
-        },
+        FaultConfig::default().with_throttle_rate(1.5),
     )
     .unwrap_err();
     assert_eq!(e.field(), Some("throttleRate"));

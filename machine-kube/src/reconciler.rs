@@ -191,10 +191,9 @@ async fn cleanup(obj: &MachineObject, ctx: &Context) -> Result<Action, Reconcile
         (None, _) => Ok(Action::await_change()),
         (Some(_), action) => Err(ReconcileError::StillDeleting {
             name: name.to_string(),
-            after: match action {
-                machine_core::Action::Requeue(d) => d,
-                machine_core::Action::AwaitChange => composer.settings().poll_interval,
-            },
+            after: action
+                .requeue_after()
+                .unwrap_or(composer.settings().poll_interval),
         }),
     }
 }
@@ -223,8 +222,5 @@ async fn write_status(
 /// machine-core's action as kube-runtime's: a settled machine is looked at again after
 /// `resync`, so a change behind the controller's back is noticed.
 fn to_kube(action: machine_core::Action, resync: Duration) -> Action {
-    match action {
-        machine_core::Action::Requeue(d) => Action::requeue(d),
-        machine_core::Action::AwaitChange => Action::requeue(resync),
-    }
+    Action::requeue(action.requeue_after().unwrap_or(resync))
 }

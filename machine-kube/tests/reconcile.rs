@@ -31,13 +31,11 @@ fn object(name: &str, machine: Value) -> Value {
     })
 }
 
-// The settings types grow (non-exhaustive): fields are set on the defaults.
-#[allow(clippy::field_reassign_with_default)]
 fn quick_sim(cloud: &SimCloud) -> Arc<SimProvider> {
-    let mut config = SimConfig::default();
-    config.boot_latency = Duration::from_millis(20);
-    config.boot_jitter = Duration::ZERO;
-    config.delete_latency = Duration::from_millis(20);
+    let config = SimConfig::default()
+        .with_boot_latency(Duration::from_millis(20))
+        .with_boot_jitter(Duration::ZERO)
+        .with_delete_latency(Duration::from_millis(20));
     Arc::new(SimProvider::new(cloud.clone(), config).unwrap())
 }
 
@@ -193,14 +191,13 @@ async fn a_spec_that_does_not_parse_is_reported_once_and_not_retried() {
 }
 
 #[tokio::test]
-#[allow(clippy::field_reassign_with_default)]
 async fn a_throttled_provider_requeues_after_its_retry_after() {
     let api = FakeApi::default();
     let client = api.start().await;
     let cloud = SimCloud::new();
-    let mut faults = FaultConfig::default();
-    faults.throttle_rate = 1.0;
-    faults.retry_after = Some(Duration::from_secs(7));
+    let faults = FaultConfig::default()
+        .with_throttle_rate(1.0)
+        .with_retry_after(Some(Duration::from_secs(7)));
     let throttled = Arc::new(FaultInjecting::new(quick_sim(&cloud), faults).unwrap());
     let ctx = Arc::new(Context::new(client, registry(throttled)));
     api.insert(object("slow-1", json!({})));

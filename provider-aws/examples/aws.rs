@@ -172,14 +172,11 @@ async fn main() -> Result<()> {
         base.layer_name(),
         base.size()
     );
-    let settings = ComposerSettings {
-        poll_interval: if simulator {
-            Duration::from_millis(200)
-        } else {
-            Duration::from_secs(5)
-        },
-        ..ComposerSettings::default()
-    };
+    let settings = ComposerSettings::default().with_poll_interval(if simulator {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(5)
+    });
     let composer = Composer::builder(provider)
         .coupled(Arc::new(base))
         .settings(settings)

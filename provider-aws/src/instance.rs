@@ -80,9 +80,8 @@ pub fn to_machine(inst: &Instance, default_ssh_user: Option<&str>) -> Result<Mac
     m.phase = match state {
         Some(InstanceStateName::Pending) => Phase::Provisioning,
         Some(InstanceStateName::Running) => Phase::Provisioned,
-        // Stopped is not a phase of its own: the machine exists but does not run, and
-        // the condition says why.
-        Some(InstanceStateName::Stopping | InstanceStateName::Stopped) => Phase::Provisioning,
+        // Powered off, or going there: it exists but does not run until started.
+        Some(InstanceStateName::Stopping | InstanceStateName::Stopped) => Phase::Stopped,
         Some(InstanceStateName::ShuttingDown) => Phase::Deleting,
         Some(InstanceStateName::Terminated) => Phase::Deleted,
         _ => Phase::Pending,
@@ -211,7 +210,8 @@ mod tests {
     fn states_map_to_phases() {
         for (state, phase) in [
             (InstanceStateName::Pending, Phase::Provisioning),
-            (InstanceStateName::Stopped, Phase::Provisioning),
+            (InstanceStateName::Stopped, Phase::Stopped),
+            (InstanceStateName::Stopping, Phase::Stopped),
             (InstanceStateName::ShuttingDown, Phase::Deleting),
             (InstanceStateName::Terminated, Phase::Deleted),
         ] {

@@ -59,32 +59,30 @@ impl AwsProvider {
     /// shared config files for the standard credential chain) without calling EC2.
     pub async fn new(config: AwsConfig) -> Result<Self> {
         let ec2 = Ec2::connect(&config).await?;
-        let capabilities = Capabilities {
-            user_data: Some(UserDataDelivery {
-                max_bytes: USER_DATA_LIMIT,
-                size_basis: SizeBasis::Raw,
-                gzip: true,
-                // EC2 passes user data through untouched; what runs it is the image's
-                // agent: cloud-init, Ignition (Fedora CoreOS, Flatcar), EC2Launch (PowerShell).
-                formats: vec![
-                    UserDataFormat::CloudConfig,
-                    UserDataFormat::ShellScript,
-                    UserDataFormat::CloudBoothook,
-                    UserDataFormat::Jinja2,
-                    UserDataFormat::Mime,
-                    UserDataFormat::Ignition,
-                    UserDataFormat::PowerShell,
-                    UserDataFormat::Raw,
-                ],
-            }),
-            power: PowerOperations {
-                start: true,
-                stop: true,
-                reboot: true,
-            },
-            console_output: true,
-            host_key_discovery: config.host_key_discovery,
-        };
+        let capabilities = Capabilities::default()
+            .with_user_data(
+                UserDataDelivery::new(
+                    USER_DATA_LIMIT,
+                    SizeBasis::Raw,
+                    // EC2 passes user data through untouched; what runs it is the image's
+                    // agent: cloud-init, Ignition (Fedora CoreOS, Flatcar), EC2Launch
+                    // (PowerShell).
+                    vec![
+                        UserDataFormat::CloudConfig,
+                        UserDataFormat::ShellScript,
+                        UserDataFormat::CloudBoothook,
+                        UserDataFormat::Jinja2,
+                        UserDataFormat::Mime,
+                        UserDataFormat::Ignition,
+                        UserDataFormat::PowerShell,
+                        UserDataFormat::Raw,
+                    ],
+                )
+                .with_gzip(true),
+            )
+            .with_power(PowerOperations::all())
+            .with_console_output(true)
+            .with_host_key_discovery(config.host_key_discovery);
         Ok(AwsProvider {
             config,
             ec2,
@@ -545,6 +543,8 @@ impl MachineProvisioner for AwsProvider {
             PowerOp::Start => self.ec2.start(iid).await,
             PowerOp::Stop => self.ec2.stop(iid).await,
             PowerOp::Reboot => self.ec2.reboot(iid).await,
+            // An operation machine-core adds later is refused until mapped here.
+            _ => Err(machine_core::unsupported_power_op(self, op)),
         }
     }
 

@@ -19,14 +19,13 @@ use common::Moto;
 use common::proxy::{FaultProxy, Faults};
 
 fn quick_retries(max_retries: usize) -> RetryPolicy {
-    RetryPolicy {
-        max_retries,
-        initial_delay: Duration::from_millis(20),
-        max_delay: Duration::from_millis(500),
-        factor: 2.0,
-        jitter: true,
-        max_elapsed: None,
-    }
+    RetryPolicy::default()
+        .with_max_retries(max_retries)
+        .with_initial_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_millis(500))
+        .with_factor(2.0)
+        .with_jitter(true)
+        .with_max_elapsed(None)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -46,16 +45,15 @@ async fn a_fleet_of_50_converges_through_faults_without_duplicates_or_leaks() {
         common::provider(&proxy.endpoint, &owner).await,
         quick_retries(8),
     );
-    let settings = ComposerSettings {
-        poll_interval: Duration::from_millis(200),
-        deadlines: Deadlines {
-            create: Duration::from_secs(120),
-            boot: Duration::from_secs(120),
-            bootstrap: Duration::from_secs(60),
-            delete: Duration::from_secs(120),
-        },
-        ..ComposerSettings::default()
-    };
+    let settings = ComposerSettings::default()
+        .with_poll_interval(Duration::from_millis(200))
+        .with_deadlines(
+            Deadlines::default()
+                .with_create(Duration::from_secs(120))
+                .with_boot(Duration::from_secs(120))
+                .with_bootstrap(Duration::from_secs(60))
+                .with_delete(Duration::from_secs(120)),
+        );
     let composer = Composer::builder(Arc::new(provider))
         .settings(settings)
         .build()

@@ -281,10 +281,7 @@ async fn main() -> Res<()> {
             known_hosts: Some(keys.path().join("known_hosts")),
         }),
     ));
-    let settings = ComposerSettings {
-        poll_interval: Duration::from_millis(50),
-        ..ComposerSettings::default()
-    };
+    let settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(50));
     let layer = Arc::new(CloudConfigLayer::new("app", cloud_config()?)?);
     let coupled = Composer::builder(provider.clone())
         .settings(settings.clone())

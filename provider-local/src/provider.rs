@@ -86,27 +86,24 @@ impl LocalProvider {
             config,
             subnet,
             engine,
-            capabilities: Capabilities {
-                user_data: Some(UserDataDelivery {
-                    max_bytes: MAX_USER_DATA,
-                    size_basis: SizeBasis::Raw,
-                    gzip: true,
-                    formats: vec![
-                        UserDataFormat::CloudConfig,
-                        UserDataFormat::ShellScript,
-                        UserDataFormat::CloudBoothook,
-                        UserDataFormat::Jinja2,
-                        UserDataFormat::Mime,
-                    ],
-                }),
-                power: PowerOperations {
-                    start: true,
-                    stop: true,
-                    reboot: true,
-                },
-                console_output: true,
-                host_key_discovery: true,
-            },
+            capabilities: Capabilities::default()
+                .with_user_data(
+                    UserDataDelivery::new(
+                        MAX_USER_DATA,
+                        SizeBasis::Raw,
+                        vec![
+                            UserDataFormat::CloudConfig,
+                            UserDataFormat::ShellScript,
+                            UserDataFormat::CloudBoothook,
+                            UserDataFormat::Jinja2,
+                            UserDataFormat::Mime,
+                        ],
+                    )
+                    .with_gzip(true),
+                )
+                .with_power(PowerOperations::all())
+                .with_console_output(true)
+                .with_host_key_discovery(true),
         })
     }
 

@@ -35,10 +35,9 @@ pub(crate) fn observe(
     if r.deleting {
         return Ok((Phase::Deleting, None));
     }
-    // A stopped machine exists but does not run; machine-core has no phase of its own
-    // for that (as for a stopped EC2 instance).
+    // A stopped machine exists but does not run.
     if !r.powered {
-        return Ok((Phase::Provisioning, None));
+        return Ok((Phase::Stopped, None));
     }
     if let Some(bytes) = engine.read_file(dir, RESULT_FILE)? {
         let errors = match serde_json::from_slice::<ResultFile>(&bytes) {

@@ -88,7 +88,7 @@ async fn a_machine_boots_by_cloud_init_answers_ssh_with_its_own_host_keys_stops_
     // Stop: every process of the machine goes; start: it boots again with the same keys.
     p.power(&m.provider_id, PowerOp::Stop).await.unwrap();
     let stopped = p.get(&m.provider_id).await.unwrap();
-    assert_eq!(stopped.phase, Phase::Provisioning);
+    assert_eq!(stopped.phase, Phase::Stopped);
     assert!(
         std::fs::read_dir("/proc")
             .unwrap()

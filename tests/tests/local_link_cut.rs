@@ -35,10 +35,7 @@ async fn a_link_cut_mid_layer_fails_the_run_and_a_rerun_resumes_where_it_stopped
         )
         .unwrap(),
     );
-    let mut settings = ComposerSettings {
-        poll_interval: Duration::from_millis(200),
-        ..ComposerSettings::default()
-    };
+    let mut settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(200));
     settings.deadlines.bootstrap = Duration::from_secs(25);
     let composer = Composer::builder(provider.clone())
         .settings(settings.clone())

@@ -185,12 +185,7 @@ impl Root {
 impl Transport for Root {
     async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput> {
         let out = self.run(&request.command);
-        Ok(ExecOutput {
-            status: out.status.code(),
-            stdout: out.stdout,
-            stderr: out.stderr,
-            truncated: false,
-        })
+        Ok(ExecOutput::new(out.status.code(), out.stdout, out.stderr))
     }
     async fn upload(&self, f: &FileUpload) -> Result<()> {
         Err(Error::permanent(format!("not used: {}", f.path)))

@@ -348,14 +348,13 @@ pub fn fast(config: SshConfig) -> SshConfig {
         })
         .with_connect_timeout(Duration::from_secs(5))
         .with_retry(
-            RetryPolicy {
-                max_retries: usize::MAX,
-                initial_delay: Duration::from_millis(100),
-                max_delay: Duration::from_millis(500),
-                factor: 2.0,
-                jitter: true,
-                max_elapsed: None,
-            },
+            RetryPolicy::default()
+                .with_max_retries(usize::MAX)
+                .with_initial_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_millis(500))
+                .with_factor(2.0)
+                .with_jitter(true)
+                .with_max_elapsed(None),
             Duration::from_secs(20),
         )
         .with_keepalive(Duration::from_secs(1), 2)

@@ -13,6 +13,7 @@ use crate::spec::{MachineSpec, check_unique_names};
 
 /// The outcome for one machine of a fleet.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct FleetResult {
     /// The machine's name.
     pub name: MachineName,

@@ -5,6 +5,7 @@
 //! `provision` is a loop over the same step `reconcile` takes, with deadlines and
 //! cancellation around it: there is one engine.
 
+mod bootstrap;
 mod fleet;
 mod provision;
 mod step;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use bootstrap::{BootstrapState, BootstrapStep, Bootstrapper};
 pub use fleet::FleetResult;
 pub use provision::Provisioned;
 
@@ -22,13 +24,14 @@ use crate::error::{Error, Result};
 use crate::machine::Machine;
 use crate::observe::EventSink;
 use crate::provisioner::MachineProvisioner;
-use crate::software::{CompletionCheck, Mode, SoftwareProvisioner};
+use crate::software::{CompletionCheck, CoupledSoftware, DecoupledSoftware, Mode};
 use crate::spec::MachineSpec;
 use crate::transport::Connector;
 use crate::user_data::{self, UserData};
 
 /// What to do with a machine whose provisioning failed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum FailurePolicy {
     /// Leave it for someone to look at (the default: evidence is worth more than the
     /// cost of a machine for a while).
@@ -47,8 +50,12 @@ pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// How long each phase may take. Every deadline must be greater than zero and at most
 /// [`MAX_DURATION`].
+///
+/// `#[non_exhaustive]`: start from [`Deadlines::default`] and adjust with the `with_*`
+/// methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Deadlines {
     /// From the start until the provider has accepted the machine.
     #[serde(with = "humantime_serde")]
@@ -76,14 +83,55 @@ impl Default for Deadlines {
     }
 }
 
+impl Deadlines {
+    /// Sets the create deadline.
+    pub fn with_create(mut self, d: Duration) -> Self {
+        self.create = d;
+        self
+    }
+
+    /// Sets the boot deadline.
+    pub fn with_boot(mut self, d: Duration) -> Self {
+        self.boot = d;
+        self
+    }
+
+    /// Sets the bootstrap deadline.
+    pub fn with_bootstrap(mut self, d: Duration) -> Self {
+        self.bootstrap = d;
+        self
+    }
+
+    /// Sets the delete deadline.
+    pub fn with_delete(mut self, d: Duration) -> Self {
+        self.delete = d;
+        self
+    }
+}
+
 /// How the composer drives machines. Read from YAML in camelCase (`pollInterval`,
 /// `onFailure`), as every other document of the project; the snake_case names of
 /// earlier releases are still accepted.
 ///
 /// The defaults: deadlines of 2 minutes to create, 10 to boot, 20 to bootstrap and 10
 /// to delete; a 2 s poll interval; failed machines kept for debugging.
+///
+/// `#[non_exhaustive]`: start from [`ComposerSettings::default`] and adjust with the
+/// `with_*` methods:
+///
+/// ```
+/// use std::time::Duration;
+/// use machine_core::{ComposerSettings, Deadlines, FailurePolicy};
+///
+/// let settings = ComposerSettings::default()
+///     .with_deadlines(Deadlines::default().with_boot(Duration::from_secs(300)))
+///     .with_poll_interval(Duration::from_millis(500))
+///     .with_on_failure(FailurePolicy::DeleteOnFailure);
+/// settings.validate().unwrap();
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ComposerSettings {
     /// Per-phase deadlines for `provision` and `deprovision`.
     #[serde(default)]
@@ -117,6 +165,24 @@ impl Default for ComposerSettings {
 }
 
 impl ComposerSettings {
+    /// Sets the per-phase deadlines.
+    pub fn with_deadlines(mut self, deadlines: Deadlines) -> Self {
+        self.deadlines = deadlines;
+        self
+    }
+
+    /// Sets the poll interval.
+    pub fn with_poll_interval(mut self, poll: Duration) -> Self {
+        self.poll_interval = poll;
+        self
+    }
+
+    /// Sets what `provision` does with a machine that failed.
+    pub fn with_on_failure(mut self, policy: FailurePolicy) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
     /// Reads settings from YAML (durations such as `90s` or `5m`) and validates them.
     pub fn from_yaml(yaml: &str) -> Result<Self> {
         let s: ComposerSettings = crate::spec::from_yaml(yaml)?;
@@ -154,8 +220,12 @@ impl ComposerSettings {
 }
 
 /// When to look at a machine again, as kube-runtime's `Action` says it.
+///
+/// `#[non_exhaustive]`: kinds of action may be added (a `match` outside this crate needs
+/// a catch-all arm); build one with [`Action::requeue`] or [`Action::await_change`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a controller returns the action, or the machine is never looked at again"]
+#[non_exhaustive]
 pub enum Action {
     /// Reconcile again after this long (zero: at once, progress was made).
     Requeue(Duration),
@@ -164,6 +234,25 @@ pub enum Action {
 }
 
 impl Action {
+    /// Reconcile again after `after`.
+    pub const fn requeue(after: Duration) -> Action {
+        Action::Requeue(after)
+    }
+
+    /// Wait for a change.
+    pub const fn await_change() -> Action {
+        Action::AwaitChange
+    }
+
+    /// How long until the next look, or `None` to wait for a change: what a
+    /// controller's own action type needs, whatever kinds of action are added.
+    pub const fn requeue_after(&self) -> Option<Duration> {
+        match self {
+            Action::Requeue(d) => Some(*d),
+            Action::AwaitChange => None,
+        }
+    }
+
     /// The action a controller's error policy returns for a failed reconcile, given its
     /// usual poll interval `poll`:
     /// - throttled: after the error's `retry_after` (else `poll`);
@@ -185,6 +274,7 @@ impl Action {
 /// The outcome of one reconcile step.
 #[derive(Debug, Clone)]
 #[must_use = "the action says when to look at the machine again"]
+#[non_exhaustive]
 pub struct Reconciled {
     /// The machine as seen after the step, with the composer's phase and conditions;
     /// `None` when there is no machine (after a deletion).
@@ -193,18 +283,38 @@ pub struct Reconciled {
     pub action: Action,
 }
 
-/// A software layer and the mode it is applied in.
+/// A software layer in the role it plays on the machine. Each variant takes only a layer
+/// that implements its role's trait, so a layer cannot be given a mode it lacks.
 #[derive(Clone)]
-pub struct Layer {
-    /// The software.
-    pub software: Arc<dyn SoftwareProvisioner>,
-    /// How it reaches the machine.
-    pub mode: Mode,
+#[non_exhaustive]
+pub enum Layer {
+    /// Rendered into user data at creation.
+    Coupled(Arc<dyn CoupledSoftware>),
+    /// Applied over a transport once the machine runs.
+    Decoupled(Arc<dyn DecoupledSoftware>),
+}
+
+impl Layer {
+    /// The layer's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Layer::Coupled(l) => l.name(),
+            Layer::Decoupled(l) => l.name(),
+        }
+    }
+
+    /// How the layer reaches the machine.
+    pub fn mode(&self) -> Mode {
+        match self {
+            Layer::Coupled(_) => Mode::Coupled,
+            Layer::Decoupled(_) => Mode::Decoupled,
+        }
+    }
 }
 
 impl fmt::Debug for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}({})", self.software.name(), self.mode)
+        write!(f, "{}({})", self.name(), self.mode())
     }
 }
 
@@ -215,6 +325,9 @@ pub struct Composer {
     layers: Vec<Layer>,
     connector: Option<Arc<dyn Connector>>,
     completion: Option<Arc<dyn CompletionCheck>>,
+    /// The software steps on a running machine: the decoupled layers, after the
+    /// completion check when there is coupled software to wait for.
+    bootstrapper: Bootstrapper,
     settings: ComposerSettings,
     events: EventSink,
 }
@@ -242,20 +355,46 @@ pub struct ComposerBuilder {
 }
 
 impl ComposerBuilder {
-    /// Adds a layer applied in `mode`, after the layers already added.
-    pub fn layer(mut self, mode: Mode, software: Arc<dyn SoftwareProvisioner>) -> Self {
-        self.layers.push(Layer { software, mode });
+    /// Adds a layer, after the layers already added.
+    pub fn layer(mut self, layer: Layer) -> Self {
+        self.layers.push(layer);
         self
     }
 
-    /// Adds a coupled layer.
-    pub fn coupled(self, software: Arc<dyn SoftwareProvisioner>) -> Self {
-        self.layer(Mode::Coupled, software)
+    /// Adds a coupled layer: its user-data parts go into the machine's user data.
+    ///
+    /// Only a [`CoupledSoftware`] is accepted here, and only a [`DecoupledSoftware`] by
+    /// [`ComposerBuilder::decoupled`]: a layer given a mode it lacks does not compile.
+    ///
+    /// ```compile_fail
+    /// use std::sync::Arc;
+    /// use machine_core::sim::{SimCloud, SimConfig, SimProvider};
+    /// use machine_core::user_data::UserDataPart;
+    /// use machine_core::{Composer, CoupledSoftware, MachineSpec, Result, Software};
+    ///
+    /// /// A layer that exists only as user data.
+    /// struct CloudConfigOnly;
+    /// impl Software for CloudConfigOnly {
+    ///     fn name(&self) -> &str { "only-user-data" }
+    /// }
+    /// impl CoupledSoftware for CloudConfigOnly {
+    ///     fn user_data_parts(&self, _: &MachineSpec) -> Result<Vec<UserDataPart>> {
+    ///         Ok(Vec::new())
+    ///     }
+    /// }
+    ///
+    /// let provider = Arc::new(SimProvider::new(SimCloud::new(), SimConfig::default()).unwrap());
+    /// // Does not compile: CloudConfigOnly is not DecoupledSoftware.
+    /// let _ = Composer::builder(provider).decoupled(Arc::new(CloudConfigOnly));
+    /// ```
+    pub fn coupled(self, software: Arc<dyn CoupledSoftware>) -> Self {
+        self.layer(Layer::Coupled(software))
     }
 
-    /// Adds a decoupled layer.
-    pub fn decoupled(self, software: Arc<dyn SoftwareProvisioner>) -> Self {
-        self.layer(Mode::Decoupled, software)
+    /// Adds a decoupled layer: applied over the connector's transport once the machine
+    /// runs, after the coupled software finished.
+    pub fn decoupled(self, software: Arc<dyn DecoupledSoftware>) -> Self {
+        self.layer(Layer::Decoupled(software))
     }
 
     /// Sets how transports to running machines are opened (needed for decoupled layers
@@ -285,7 +424,7 @@ impl ComposerBuilder {
         self
     }
 
-    /// Checks that every layer supports its mode, layer names are unique, decoupled
+    /// Checks that layer names are unique, decoupled
     /// layers and completion checks have a connector, coupled layers have a provider
     /// that takes user data, and coupled and decoupled layers together have a completion
     /// check. Errors name the layer (`layers[i]`) or `completion`.
@@ -294,21 +433,15 @@ impl ComposerBuilder {
         let caps = self.provider.capabilities();
         let mut names = std::collections::HashSet::new();
         for (i, layer) in self.layers.iter().enumerate() {
-            let name = layer.software.name();
+            let name = layer.name();
             let field = format!("layers[{i}]");
-            if !layer.software.supports(layer.mode) {
-                return Err(Error::invalid_spec(
-                    field,
-                    format!("layer {name:?} cannot be applied {}", layer.mode),
-                ));
-            }
             if !names.insert(name) {
                 return Err(Error::invalid_spec(
                     field,
                     format!("layer name {name:?} is used twice"),
                 ));
             }
-            match layer.mode {
+            match layer.mode() {
                 Mode::Decoupled if self.connector.is_none() => {
                     return Err(Error::invalid_spec(
                         field,
@@ -330,8 +463,8 @@ impl ComposerBuilder {
         let first = |mode: Mode| {
             self.layers
                 .iter()
-                .find(|l| l.mode == mode)
-                .map(|l| l.software.name())
+                .find(|l| l.mode() == mode)
+                .map(Layer::name)
         };
         if let (Some(coupled), Some(decoupled), None) = (
             first(Mode::Coupled),
@@ -356,9 +489,21 @@ impl ComposerBuilder {
                 "a completion check needs a connector to reach machines",
             ));
         }
+        let has_coupled = self.layers.iter().any(|l| l.mode() == Mode::Coupled);
+        let mut bootstrapper = Bootstrapper::new();
+        // Completion is only awaited when there is coupled software to finish.
+        if let Some(check) = self.completion.clone().filter(|_| has_coupled) {
+            bootstrapper = bootstrapper.with_completion(check);
+        }
+        for layer in &self.layers {
+            if let Layer::Decoupled(l) = layer {
+                bootstrapper = bootstrapper.with_layer(l.clone());
+            }
+        }
         Ok(Composer {
             provider: self.provider,
             layers: self.layers,
+            bootstrapper,
             connector: self.connector,
             completion: self.completion,
             settings: self.settings,
@@ -400,12 +545,17 @@ impl Composer {
         &self.events
     }
 
-    fn coupled(&self) -> impl Iterator<Item = &Layer> {
-        self.layers.iter().filter(|l| l.mode == Mode::Coupled)
+    fn coupled(&self) -> impl Iterator<Item = &Arc<dyn CoupledSoftware>> {
+        self.layers.iter().filter_map(|l| match l {
+            Layer::Coupled(c) => Some(c),
+            Layer::Decoupled(_) => None,
+        })
     }
 
-    fn decoupled(&self) -> impl Iterator<Item = &Layer> {
-        self.layers.iter().filter(|l| l.mode == Mode::Decoupled)
+    /// The software steps this composer takes on a running machine, for callers that
+    /// apply the same layers to machines they already hold.
+    pub fn bootstrapper(&self) -> &Bootstrapper {
+        &self.bootstrapper
     }
 
     /// The user data `spec`'s machine will be created with: every coupled layer's parts
@@ -422,9 +572,8 @@ impl Composer {
     pub fn user_data(&self, spec: &MachineSpec) -> Result<Option<UserData>> {
         let mut by_layer = Vec::new();
         for layer in self.coupled() {
-            let name = layer.software.name();
+            let name = layer.name();
             let parts = layer
-                .software
                 .user_data_parts(spec)
                 .map_err(|e| e.context(format_args!("layer {name}")))?;
             by_layer.push((name, parts));

@@ -17,6 +17,7 @@ use crate::spec::MachineSpec;
 
 /// A machine that reached Ready, with where its time went.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Provisioned {
     /// The machine, in phase Ready.
     pub machine: Machine,

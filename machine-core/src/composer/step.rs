@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
+use super::bootstrap::{BootstrapState, BootstrapStep};
 use super::{Action, Composer, Reconciled};
 use crate::conditions as C;
 use crate::error::{Error, ErrorKind, Result};
 use crate::machine::{Machine, Phase, ProviderId};
 use crate::name::MachineName;
 use crate::observe::{Timeline, TimelineRecorder};
-use crate::software::Completion;
 use crate::spec::MachineSpec;
 use crate::transport::Transport;
 use crate::user_data::UserData;
@@ -23,8 +23,7 @@ pub(crate) struct StepState {
     user_data: Option<Option<UserData>>,
     provider_id: Option<ProviderId>,
     transport: Option<Arc<dyn Transport>>,
-    layers_done: usize,
-    completion_done: bool,
+    bootstrap: BootstrapState,
     last_phase: Option<Phase>,
     /// The status the caller last recorded: its conditions keep their transition times,
     /// and a machine it saw Ready is not bootstrapped again while it keeps running.
@@ -42,8 +41,7 @@ impl StepState {
             user_data: None,
             provider_id: None,
             transport: None,
-            layers_done: 0,
-            completion_done: false,
+            bootstrap: BootstrapState::default(),
             last_phase: None,
             previous: None,
             stop_at_phase_change: false,
@@ -83,6 +81,14 @@ impl Composer {
     /// once it runs it connects, checks coupled completion, and applies at most one
     /// decoupled layer that is not yet applied. It never waits for a machine to boot, so
     /// a controller never parks a worker on it.
+    ///
+    /// A machine its provider reports [`Phase::Stopped`] is neither Ready nor Failed: the
+    /// composer never powers machines on or off (that is its owner's decision), so the
+    /// step reports it Stopped with `InfrastructureReady` false (reason `Stopped`) and
+    /// asks to look again after the poll interval; once it is started, the next step
+    /// continues where it was (a machine that was Ready is verified again, since
+    /// Stopped replaced Ready in its status). `provision` likewise waits for a stopped
+    /// machine to run, within the deadline of the phase it is in.
     ///
     /// Errors decide the requeue, as in kube-runtime: retryable kinds are worth trying
     /// again; a permanent one (a layer's command failed) needs a change first.
@@ -189,6 +195,17 @@ impl Composer {
             }
             Phase::Deleted => Action::Requeue(Duration::ZERO),
             Phase::Failed => Action::AwaitChange,
+            Phase::Stopped => {
+                m.set_condition(
+                    C::INFRASTRUCTURE_READY,
+                    false,
+                    C::STOPPED,
+                    "the provider reports the machine stopped",
+                );
+                // Its transport, if any, went with the power.
+                st.transport = None;
+                Action::Requeue(self.settings.poll_interval)
+            }
             Phase::Provisioned | Phase::Bootstrapping | Phase::Ready => {
                 let first_seen_running = st.timeline().running.is_none();
                 st.timeline.mark(|t| &mut t.running);
@@ -224,10 +241,7 @@ impl Composer {
 
     /// Software steps on a running machine; sets `m`'s phase to Bootstrapping or Ready.
     async fn bootstrap_step(&self, m: &mut Machine, st: &mut StepState) -> Result<Action> {
-        let has_coupled = self.coupled().next().is_some();
-        let check = self.completion.as_ref().filter(|_| has_coupled);
-        let decoupled: Vec<_> = self.decoupled().collect();
-        if check.is_none() && decoupled.is_empty() {
+        if self.bootstrapper.is_empty() {
             m.phase = Phase::Ready;
             return Ok(Action::AwaitChange);
         }
@@ -259,68 +273,28 @@ impl Composer {
             "a transport reached the machine",
         );
 
-        if let Some(check) = check.filter(|_| !st.completion_done) {
-            match check.check(m, transport.as_ref()).await {
-                Ok(Completion::Done) => {
-                    st.completion_done = true;
-                    m.set_condition(
-                        C::BOOTSTRAP_COMPLETE,
-                        true,
-                        C::COMPLETE,
-                        "coupled software finished",
-                    );
-                }
-                Ok(Completion::Pending) => {
-                    m.set_condition(
-                        C::BOOTSTRAP_COMPLETE,
-                        false,
-                        C::WAITING,
-                        "coupled software still running",
-                    );
+        loop {
+            let step = self
+                .bootstrapper
+                .step(m, transport.as_ref(), &mut st.bootstrap)
+                .await;
+            match step {
+                Err(e) => return self.transport_error(m, st, e),
+                Ok(BootstrapStep::Waiting) => {
                     return Ok(Action::Requeue(self.settings.poll_interval));
                 }
-                Ok(Completion::Failed(message)) => {
-                    m.set_condition(C::BOOTSTRAP_COMPLETE, false, C::FAILED, message.clone());
-                    m.fail(C::BOOTSTRAP_FAILED, message);
-                    return Ok(Action::AwaitChange);
+                Ok(BootstrapStep::Failed(_)) => return Ok(Action::AwaitChange),
+                Ok(BootstrapStep::CompletionDone) => st.timeline.mark(|t| &mut t.complete),
+                Ok(BootstrapStep::AlreadyApplied(_)) => {}
+                Ok(done @ BootstrapStep::Applied(_)) => {
+                    self.events
+                        .emit(&m.name, Phase::Bootstrapping, || done.to_string());
+                    // One action per step: come back at once for the next layer.
+                    if !self.bootstrapper.is_done(&st.bootstrap) {
+                        return Ok(Action::Requeue(Duration::ZERO));
+                    }
                 }
-                Err(e) => return self.transport_error(m, st, e),
-            }
-        }
-
-        for layer in decoupled.iter().take(st.layers_done) {
-            let condition = C::layer_applied(layer.software.name());
-            m.set_condition(&condition, true, C::APPLIED, "applied");
-        }
-        for layer in decoupled.iter().skip(st.layers_done) {
-            let name = layer.software.name();
-            let condition = C::layer_applied(name);
-            let applied = match layer.software.is_applied(m, transport.as_ref()).await {
-                Ok(applied) => applied,
-                Err(e) => return self.transport_error(m, st, e),
-            };
-            if applied {
-                st.layers_done += 1;
-                m.set_condition(&condition, true, C::APPLIED, "already applied");
-                continue;
-            }
-            let applied = layer
-                .software
-                .apply(m, transport.as_ref())
-                .instrument(tracing::info_span!("layer", layer = name))
-                .await;
-            if let Err(e) = applied {
-                m.set_condition(&condition, false, C::APPLY_FAILED, e.to_string());
-                return self.transport_error(m, st, e.context(format_args!("layer {name}")));
-            }
-            st.layers_done += 1;
-            m.set_condition(&condition, true, C::APPLIED, "applied");
-            self.events.emit(&m.name, Phase::Bootstrapping, || {
-                format!("layer {name} applied")
-            });
-            // One action per step: come back at once for the next layer.
-            if st.layers_done < decoupled.len() {
-                return Ok(Action::Requeue(Duration::ZERO));
+                Ok(_) => break,
             }
         }
         m.phase = Phase::Ready;
@@ -331,7 +305,7 @@ impl Composer {
     /// the connector pins them.
     fn add_pinned_host_keys(&self, spec: &MachineSpec, m: &mut Machine) -> Result<()> {
         for layer in self.coupled() {
-            for key in layer.software.host_keys(spec)? {
+            for key in layer.host_keys(spec)? {
                 if !m.access.host_keys.contains(&key) {
                     m.access.host_keys.push(key);
                 }

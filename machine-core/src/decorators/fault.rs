@@ -16,6 +16,7 @@ use crate::user_data::UserData;
 /// Which faults [`FaultInjecting`] adds, and how often. Rates are probabilities per
 /// call, from 0.0 (never) to 1.0 (always), drawn independently for each call.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct FaultConfig {
     /// Delay before every call, plus up to [`FaultConfig::latency_jitter`] more.
     pub latency: Duration,
@@ -48,6 +49,51 @@ impl Default for FaultConfig {
             lost_response_rate: 0.0,
             seed: None,
         }
+    }
+}
+
+/// `#[non_exhaustive]`: start from [`FaultConfig::default`] and adjust with these.
+impl FaultConfig {
+    /// Sets the delay before every call.
+    pub fn with_latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
+    }
+
+    /// Sets the random extra delay.
+    pub fn with_latency_jitter(mut self, latency_jitter: Duration) -> Self {
+        self.latency_jitter = latency_jitter;
+        self
+    }
+
+    /// Sets the share of calls failing with a transient error.
+    pub fn with_error_rate(mut self, error_rate: f64) -> Self {
+        self.error_rate = error_rate;
+        self
+    }
+
+    /// Sets the share of calls failing throttled.
+    pub fn with_throttle_rate(mut self, throttle_rate: f64) -> Self {
+        self.throttle_rate = throttle_rate;
+        self
+    }
+
+    /// Sets the retry-after hint of injected throttling.
+    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// Sets the share of calls whose answer is lost.
+    pub fn with_lost_response_rate(mut self, lost_response_rate: f64) -> Self {
+        self.lost_response_rate = lost_response_rate;
+        self
+    }
+
+    /// Sets the seed for the random draws.
+    pub fn with_seed(mut self, seed: Option<u64>) -> Self {
+        self.seed = seed;
+        self
     }
 }
 

@@ -12,6 +12,10 @@
 //! writes its success file as a successful bootstrap would. It does not execute
 //! scripts, and writes no sentinel that the user data did not ask for. Decoupled layers reach the machine through [`SimConnector`], which
 //! records files and commands so tests can assert what happened on each machine.
+//!
+//! Power operations are all supported: a stop makes the machine [`Phase::Stopped`] at
+//! once (connections refused), a start or reboot boots it again within the boot latency,
+//! keeping its files.
 
 mod host;
 mod mime;
@@ -33,13 +37,14 @@ use crate::capabilities::{Capabilities, PowerOp, PowerOperations, SizeBasis, Use
 use crate::error::{Error, Result};
 use crate::machine::{Address, AddressKind, Labels, Machine, Phase, ProviderId, SshEndpoint};
 use crate::name::MachineName;
-use crate::provisioner::{MachineProvisioner, unsupported_power_op};
+use crate::provisioner::MachineProvisioner;
 use crate::spec::MachineSpec;
 use crate::transport::ExecOutput;
 use crate::user_data::{self, UserData, UserDataFormat};
 
 /// How a [`SimProvider`] behaves.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct SimConfig {
     /// The owner tag this provider instance creates and finds machines under.
     pub owner: String,
@@ -75,6 +80,57 @@ impl Default for SimConfig {
     }
 }
 
+/// `#[non_exhaustive]`: start from [`SimConfig::default`] and adjust with these.
+impl SimConfig {
+    /// Sets the owner tag.
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+
+    /// Sets the time from create to running.
+    pub fn with_boot_latency(mut self, boot_latency: Duration) -> Self {
+        self.boot_latency = boot_latency;
+        self
+    }
+
+    /// Sets the random extra boot time.
+    pub fn with_boot_jitter(mut self, boot_jitter: Duration) -> Self {
+        self.boot_jitter = boot_jitter;
+        self
+    }
+
+    /// Sets the time from delete to gone.
+    pub fn with_delete_latency(mut self, delete_latency: Duration) -> Self {
+        self.delete_latency = delete_latency;
+        self
+    }
+
+    /// Sets the user-data limit in bytes.
+    pub fn with_user_data_limit(mut self, user_data_limit: usize) -> Self {
+        self.user_data_limit = user_data_limit;
+        self
+    }
+
+    /// Sets whether gzip user data is accepted.
+    pub fn with_gzip(mut self, gzip: bool) -> Self {
+        self.gzip = gzip;
+        self
+    }
+
+    /// Sets the share of machines that fail to boot.
+    pub fn with_boot_failure_rate(mut self, boot_failure_rate: f64) -> Self {
+        self.boot_failure_rate = boot_failure_rate;
+        self
+    }
+
+    /// Sets the seed for the random draws.
+    pub fn with_seed(mut self, seed: Option<u64>) -> Self {
+        self.seed = seed;
+        self
+    }
+}
+
 struct SimMachine {
     name: MachineName,
     owner: String,
@@ -85,6 +141,8 @@ struct SimMachine {
     boot_at: Instant,
     boot_fails: bool,
     booted: bool,
+    /// Powered off by a stop, until a start.
+    stopped: bool,
     delete_at: Option<Instant>,
     cell: Arc<HostCell>,
     seq: u64,
@@ -101,6 +159,7 @@ impl SimMachine {
                 Phase::Deleted
             }
             Some(_) => Phase::Deleting,
+            None if self.stopped => Phase::Stopped,
             None if now < self.boot_at => Phase::Provisioning,
             None if self.boot_fails => Phase::Failed,
             None => Phase::Provisioned,
@@ -297,24 +356,27 @@ impl SimProvider {
         if config.owner.is_empty() {
             return Err(Error::invalid_spec("owner", "must not be empty"));
         }
-        let capabilities = Capabilities {
-            user_data: Some(UserDataDelivery {
-                max_bytes: config.user_data_limit,
-                size_basis: SizeBasis::Raw,
-                gzip: config.gzip,
-                formats: vec![
-                    UserDataFormat::CloudConfig,
-                    UserDataFormat::ShellScript,
-                    UserDataFormat::CloudBoothook,
-                    UserDataFormat::Jinja2,
-                    UserDataFormat::Mime,
-                    UserDataFormat::Raw,
-                ],
-            }),
-            power: PowerOperations::default(),
-            console_output: true,
-            host_key_discovery: true,
-        };
+        // Built as a provider outside this crate must build it: the struct is
+        // non-exhaustive, so a capability added later defaults to unsupported.
+        let capabilities = Capabilities::default()
+            .with_user_data(
+                UserDataDelivery::new(
+                    config.user_data_limit,
+                    SizeBasis::Raw,
+                    vec![
+                        UserDataFormat::CloudConfig,
+                        UserDataFormat::ShellScript,
+                        UserDataFormat::CloudBoothook,
+                        UserDataFormat::Jinja2,
+                        UserDataFormat::Mime,
+                        UserDataFormat::Raw,
+                    ],
+                )
+                .with_gzip(config.gzip),
+            )
+            .with_power(PowerOperations::all())
+            .with_console_output(true)
+            .with_host_key_discovery(true);
         let rng = config
             .seed
             .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
@@ -444,6 +506,7 @@ impl MachineProvisioner for SimProvider {
             boot_at: now + self.config.boot_latency + jitter,
             boot_fails,
             booted: false,
+            stopped: false,
             delete_at: None,
             cell: HostCell::new(),
             seq,
@@ -520,8 +583,32 @@ impl MachineProvisioner for SimProvider {
         }
     }
 
-    async fn power(&self, _id: &ProviderId, op: PowerOp) -> Result<()> {
-        Err(unsupported_power_op(self, op))
+    /// Stop powers the machine off at once (phase Stopped, connections refused); start
+    /// and reboot boot it again, taking the configured boot latency. Files on the
+    /// machine stay, and its init does not run again, as with cloud-init.
+    async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
+        let now = Instant::now();
+        let mut st = self.cloud.lock();
+        st.api_calls += 1;
+        let m = match st.machines.get_mut(id) {
+            Some(m) if m.owner == self.config.owner => m,
+            _ => return Err(Error::not_found(format!("no machine {id}"))),
+        };
+        if m.delete_at.is_some() {
+            return Err(Error::new(
+                crate::ErrorKind::Conflict,
+                format!("machine {} is being deleted", m.name),
+            ));
+        }
+        match op {
+            PowerOp::Stop => m.stopped = true,
+            PowerOp::Start if !m.stopped => {}
+            PowerOp::Start | PowerOp::Reboot => {
+                m.stopped = false;
+                m.boot_at = now + self.config.boot_latency;
+            }
+        }
+        Ok(())
     }
 
     async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 use machine_core::{
     Access, Address, AddressKind, Capabilities, Connector, Error, Labels, Machine, MachineName,
-    MachineProvisioner, MachineSpec, Phase, PowerOp, PowerOperations, ProviderId, Result,
-    SshEndpoint, Transport, UserData, unsupported_power_op, user_data,
+    MachineProvisioner, MachineSpec, Phase, PowerOp, ProviderId, Result, SshEndpoint, Transport,
+    UserData, unsupported_power_op, user_data,
 };
 use serde::{Deserialize, Serialize};
 
@@ -88,12 +88,9 @@ impl StaticHostsProvider {
     /// connector, normally). The config is checked here.
     pub fn new(config: StaticHostsConfig, connector: Arc<dyn Connector>) -> Result<Self> {
         config.validate()?;
-        let capabilities = Capabilities {
-            user_data: None,
-            power: PowerOperations::default(),
-            console_output: false,
-            host_key_discovery: config.hosts.iter().all(|h| !h.host_keys.is_empty()),
-        };
+        // No user data, no power control, no console: the hosts are already running.
+        let capabilities = Capabilities::default()
+            .with_host_key_discovery(config.hosts.iter().all(|h| !h.host_keys.is_empty()));
         Ok(StaticHostsProvider {
             config,
             connector,
