@@ -100,6 +100,8 @@ pub mod tags;
 
 mod client;
 mod redact;
+mod token;
+mod view;
 
 pub use config::{AwsConfig, AwsConfigBuilder, CredentialSource, DEFAULT_INSTANCE_TYPE};
 pub use provider::{AwsProvider, USER_DATA_LIMIT};
