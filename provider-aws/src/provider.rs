@@ -5,14 +5,6 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use async_trait::async_trait;
-use aws_sdk_ec2::types::Instance;
-use machine_core::conditions as C;
-use machine_core::{
-    Capabilities, ContentEncoding, Error, ErrorKind, Labels, Machine, MachineName,
-    MachineProvisioner, MachineSpec, PowerOp, PowerOperations, ProviderId, Result, SizeBasis,
-    UserData, UserDataDelivery, UserDataFormat,
-};
 use crate::client::{Ec2, Launch, filter};
 use crate::config::AwsConfig;
 use crate::hostkeys::parse_host_keys;
@@ -21,6 +13,14 @@ use crate::settings::{self, Ec2Settings};
 use crate::tags::{self, MANAGED_TAG, OWNER_TAG};
 use crate::token::ClientToken;
 use crate::view::FleetView;
+use async_trait::async_trait;
+use aws_sdk_ec2::types::Instance;
+use machine_core::conditions as C;
+use machine_core::{
+    Capabilities, ContentEncoding, Error, ErrorKind, Labels, Machine, MachineName,
+    MachineProvisioner, MachineSpec, PowerOp, PowerOperations, ProviderId, Result, SizeBasis,
+    UserData, UserDataDelivery, UserDataFormat,
+};
 
 /// EC2's user-data limit: 16 KiB of raw bytes, before base64.
 pub const USER_DATA_LIMIT: usize = 16 * 1024;
@@ -707,7 +707,12 @@ fn mark_duplicates(m: &mut Machine, same_name: &[Instance]) {
         .collect();
     if others.is_empty() {
         if m.condition(C::DUPLICATES).is_some() {
-            m.set_condition(C::DUPLICATES, false, C::UNIQUE, "one live instance carries the name");
+            m.set_condition(
+                C::DUPLICATES,
+                false,
+                C::UNIQUE,
+                "one live instance carries the name",
+            );
         }
         return;
     }

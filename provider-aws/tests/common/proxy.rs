@@ -3,8 +3,16 @@
 //! after moto answered (a lost response), slow answers, and scripted EC2 errors for
 //! one action (`InvalidInstanceID.NotFound` right after a create, as eventually
 //! consistent EC2 answers). Everything else is forwarded to the real moto untouched.
+//!
+//! It also gives RunInstances real EC2's `ClientToken` semantics, which moto lacks: the
+//! first request with a token is forwarded and binds the token to its parameters and
+//! answer; a later one with the same token and parameters gets that answer again (with
+//! the instance's state updated once the proxy has seen it terminated), one with other
+//! parameters gets `IdempotentParameterMismatch`. A token stays bound after the instance
+//! is terminated, as EC2 keeps it for at least 24 hours. Requests with one token are
+//! handled one at a time, so two racing launches cannot both reach moto.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -64,6 +72,23 @@ struct State {
     seen: Mutex<HashMap<String, usize>>,
     forwarded: Mutex<HashMap<String, usize>>,
     injected: AtomicU64,
+    /// Client token -> what it is bound to; the per-token lock orders racing launches.
+    tokens: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Binding>>>>>,
+    /// Instances the proxy has seen a TerminateInstances for.
+    terminated: Mutex<HashSet<String>>,
+    /// RunInstances answered from a token binding without reaching moto.
+    replayed: AtomicU64,
+    /// RunInstances refused with IdempotentParameterMismatch.
+    mismatched: AtomicU64,
+}
+
+/// What a client token is bound to.
+struct Binding {
+    /// The request's parameters, the token left out.
+    params: Vec<String>,
+    /// moto's answer to the first request.
+    answer: Bytes,
+    instance_id: String,
 }
 
 /// The proxy; stops accepting when dropped.
@@ -91,6 +116,10 @@ impl FaultProxy {
             seen: Mutex::new(HashMap::new()),
             forwarded: Mutex::new(HashMap::new()),
             injected: AtomicU64::new(0),
+            tokens: Mutex::new(HashMap::new()),
+            terminated: Mutex::new(HashSet::new()),
+            replayed: AtomicU64::new(0),
+            mismatched: AtomicU64::new(0),
         });
         let st = state.clone();
         let task = tokio::spawn(async move {
@@ -160,6 +189,17 @@ impl FaultProxy {
         self.state.seen.lock().unwrap().values().sum()
     }
 
+    /// RunInstances answered from a bound client token (same parameters) without
+    /// reaching moto.
+    pub fn replayed(&self) -> u64 {
+        self.state.replayed.load(Ordering::SeqCst)
+    }
+
+    /// RunInstances refused with `IdempotentParameterMismatch`.
+    pub fn mismatched(&self) -> u64 {
+        self.state.mismatched.load(Ordering::SeqCst)
+    }
+
     /// Faults injected so far (scripted ones included).
     pub fn injected(&self) -> u64 {
         self.state.injected.load(Ordering::SeqCst)
@@ -207,6 +247,26 @@ fn form_value<'a>(body: &'a [u8], key: &str) -> Option<&'a str> {
     })
 }
 
+/// The form's pairs other than `ClientToken`, sorted: what EC2 compares.
+fn params_without_token(body: &[u8]) -> Vec<String> {
+    let mut params: Vec<String> = std::str::from_utf8(body)
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.starts_with("ClientToken="))
+        .map(str::to_owned)
+        .collect();
+    params.sort();
+    params
+}
+
+/// The text between the first `<tag>` and `</tag>` in `xml`.
+fn element<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
+    let open = format!("<{tag}>");
+    let start = xml.find(&open)? + open.len();
+    let len = xml[start..].find(&format!("</{tag}>"))?;
+    Some(&xml[start..start + len])
+}
+
 fn ec2_error(status: u16, code: &str) -> Response<Full<Bytes>> {
     let body = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
@@ -248,6 +308,43 @@ async fn handle(
         Fault::None | Fault::DropAfter => {}
     }
 
+    // Real EC2's ClientToken: the first launch with a token binds it; a repeat gets the
+    // first answer or a mismatch, without reaching moto.
+    let token = (action == "RunInstances")
+        .then(|| form_value(&body, "ClientToken").map(str::to_owned))
+        .flatten();
+    let slot = token.as_ref().map(|t| {
+        st.tokens
+            .lock()
+            .unwrap()
+            .entry(t.clone())
+            .or_default()
+            .clone()
+    });
+    let mut bound = match &slot {
+        Some(slot) => Some(slot.clone().lock_owned().await),
+        None => None,
+    };
+    if let Some(Some(binding)) = bound.as_deref() {
+        if binding.params != params_without_token(&body) {
+            st.mismatched.fetch_add(1, Ordering::SeqCst);
+            return Ok(ec2_error(400, "IdempotentParameterMismatch"));
+        }
+        st.replayed.fetch_add(1, Ordering::SeqCst);
+        let mut answer = String::from_utf8_lossy(&binding.answer).into_owned();
+        if st.terminated.lock().unwrap().contains(&binding.instance_id) {
+            answer = answer.replacen(
+                "<instanceState><code>0</code><name>pending</name></instanceState>",
+                "<instanceState><code>48</code><name>terminated</name></instanceState>",
+                1,
+            );
+        }
+        return Ok(Response::builder()
+            .status(200)
+            .header("content-type", "text/xml;charset=UTF-8")
+            .body(Full::new(Bytes::from(answer)))
+            .expect("valid response"));
+    }
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut forward = Request::builder()
         .method(parts.method.clone())
@@ -255,11 +352,34 @@ async fn handle(
     for (k, v) in &parts.headers {
         forward = forward.header(k, v);
     }
-    let forward = forward.body(Full::new(body)).map_err(io::Error::other)?;
+    let forward = forward
+        .body(Full::new(body.clone()))
+        .map_err(io::Error::other)?;
     let answer = st.client.request(forward).await.map_err(io::Error::other)?;
     let (rparts, rbody) = answer.into_parts();
     let rbody = rbody.collect().await.map_err(io::Error::other)?.to_bytes();
+    if action == "TerminateInstances" && rparts.status.is_success() {
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let mut terminated = st.terminated.lock().unwrap();
+        for pair in text.split('&') {
+            if let Some((k, v)) = pair.split_once('=')
+                && k.starts_with("InstanceId.")
+            {
+                terminated.insert(v.to_owned());
+            }
+        }
+    }
     *st.forwarded.lock().unwrap().entry(action).or_default() += 1;
+    if let Some(bound) = bound.as_deref_mut()
+        && rparts.status.is_success()
+    {
+        let text = String::from_utf8_lossy(&rbody);
+        *bound = Some(Binding {
+            params: params_without_token(&body),
+            answer: rbody.clone(),
+            instance_id: element(&text, "instanceId").unwrap_or("").to_owned(),
+        });
+    }
     if fault == Fault::DropAfter {
         return Err(io::Error::other("injected: answer lost"));
     }
