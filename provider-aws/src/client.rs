@@ -81,10 +81,6 @@ impl Ec2 {
         })
     }
 
-    pub(crate) fn sdk(&self) -> &aws_sdk_ec2::Client {
-        &self.sdk
-    }
-
     /// RunInstances for exactly one instance; the instance as EC2 answered.
     pub(crate) async fn run_instance(&self, l: &Launch<'_>) -> Result<Instance> {
         let tags: Vec<Tag> = l

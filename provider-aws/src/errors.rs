@@ -38,10 +38,9 @@ pub(crate) struct Reported {
     pub no_answer: Option<String>,
 }
 
-/// Converts an SDK error from operation `op` (`RunInstances`) into a library error
-/// (for callers of [`crate::AwsProvider::sdk_client`] too),
+/// Converts an SDK error from operation `op` (`RunInstances`) into a library error,
 /// keeping the SDK error as the source.
-pub fn from_sdk<E>(op: &str, err: SdkError<E, HttpResponse>) -> Error
+pub(crate) fn from_sdk<E>(op: &str, err: SdkError<E, HttpResponse>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {

@@ -99,16 +99,17 @@ impl AwsProvider {
         &self.config
     }
 
-    /// The SDK client, for EC2 calls this crate does not wrap.
-    pub fn sdk_client(&self) -> &aws_sdk_ec2::Client {
-        self.ec2.sdk()
-    }
-
-    /// Every instance with the marker and this owner's tag, in any state (terminated
-    /// ones included, while EC2 still lists them). For audits and tests: it shows what
-    /// `list` hides.
-    pub async fn owned_instances(&self) -> Result<Vec<Instance>> {
-        self.list_owned().await
+    /// The machine of every instance with the marker and this owner's tag, in any state
+    /// (terminated ones included, as `Deleted`, while EC2 still lists them). For audits
+    /// and tests: it shows what `list` hides.
+    pub async fn owned_instances(&self) -> Result<Vec<Machine>> {
+        let owner = self.config.owner.as_str();
+        self.list_owned()
+            .await?
+            .iter()
+            .filter(|i| is_owned_by(i, owner))
+            .map(|i| to_machine(i, self.default_ssh_user()))
+            .collect()
     }
 
     /// One paginated DescribeInstances by the owner's tags: what [`FleetView`] shares.

@@ -20,28 +20,15 @@ use provider_aws::tags::{MANAGED_TAG, OWNER_TAG};
 use common::Moto;
 use common::proxy::{FaultProxy, Faults};
 
-/// The instances of `p`'s owner that are not terminated or shutting down.
+/// The (name, instance id) of `p`'s owner's instances that are not terminated or
+/// shutting down.
 async fn live(p: &AwsProvider) -> Vec<(String, String)> {
     p.owned_instances()
         .await
         .unwrap()
         .iter()
-        .filter(|i| {
-            !matches!(
-                i.state().and_then(|s| s.name()).map(|n| n.as_str()),
-                Some("terminated" | "shutting-down")
-            )
-        })
-        .map(|i| {
-            let name = i
-                .tags()
-                .iter()
-                .find(|t| t.key() == Some("Name"))
-                .and_then(|t| t.value())
-                .unwrap_or("")
-                .to_owned();
-            (name, i.instance_id().unwrap_or("").to_owned())
-        })
+        .filter(|m| !matches!(m.phase, Phase::Deleting | Phase::Deleted))
+        .map(|m| (m.name.to_string(), m.provider_id.resource_id().to_owned()))
         .collect()
 }
 
@@ -160,7 +147,8 @@ async fn teardown_after_an_injected_duplicate_leaves_nothing_live() {
 
     // A duplicate from outside (an older controller, a console click) with the tags.
     let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
-    p.sdk_client()
+    common::sdk(&moto.endpoint)
+        .await
         .run_instances()
         .image_id(common::AMI)
         .instance_type(InstanceType::T3Micro)

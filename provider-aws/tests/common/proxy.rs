@@ -147,7 +147,8 @@ impl FaultProxy {
     }
 
     /// Answers the next `times` requests of `action` with HTTP `status` and EC2 error
-    /// `code`, without reaching moto. Scripts win over random faults.
+    /// `code`, without reaching moto (an `InvalidInstanceID.*` code only requests that
+    /// name instance ids). Scripts win over random faults.
     pub fn script(&self, action: &str, status: u16, code: &str, times: usize) {
         self.state.scripts.lock().unwrap().push(Script {
             action: action.to_owned(),
@@ -230,11 +231,17 @@ impl State {
         Fault::None
     }
 
-    fn scripted(&self, action: &str) -> Option<(u16, String)> {
+    /// The scripted answer for this request, if any. EC2 answers
+    /// `InvalidInstanceID.*` only to requests naming instance ids, never to a listing
+    /// by filters, so such a script waits for a request that names one.
+    fn scripted(&self, action: &str, body: &[u8]) -> Option<(u16, String)> {
+        let names_ids = std::str::from_utf8(body).is_ok_and(|b| b.contains("InstanceId."));
         let mut scripts = self.scripts.lock().unwrap();
-        let s = scripts
-            .iter_mut()
-            .find(|s| s.action == action && s.times > 0)?;
+        let s = scripts.iter_mut().find(|s| {
+            s.action == action
+                && s.times > 0
+                && (names_ids || !s.code.starts_with("InvalidInstanceID"))
+        })?;
         s.times -= 1;
         Some((s.status, s.code.clone()))
     }
@@ -289,7 +296,7 @@ async fn handle(
     let action = form_value(&body, "Action").unwrap_or("").to_owned();
     *st.seen.lock().unwrap().entry(action.clone()).or_default() += 1;
 
-    if let Some((status, code)) = st.scripted(&action) {
+    if let Some((status, code)) = st.scripted(&action, &body) {
         st.injected.fetch_add(1, Ordering::SeqCst);
         return Ok(ec2_error(status, &code));
     }
