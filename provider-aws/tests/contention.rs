@@ -196,3 +196,54 @@ async fn teardown_after_an_injected_duplicate_leaves_nothing_live() {
     composer.deprovision(&spec.name, &cancel).await.unwrap();
     assert_eq!(live(&p).await, Vec::new(), "an instance of the name leaked");
 }
+
+// ComposerSettings is becoming #[non_exhaustive]: a struct literal would not
+// compile outside machine-core, so fields are set on the default.
+#[allow(clippy::field_reassign_with_default)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_shares_its_name_lookups() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 13).await;
+    let owner = common::owner("shared");
+    let p = Arc::new(common::provider(&proxy.endpoint, &owner).await);
+    let mut settings = ComposerSettings::default();
+    settings.poll_interval = Duration::from_millis(200);
+    let composer = Composer::builder(p.clone())
+        .settings(settings)
+        .build()
+        .unwrap();
+    let count = 48;
+    let specs: Vec<_> = (0..count)
+        .map(|i| common::spec(&format!("shared-{i:02}")))
+        .collect();
+    let cancel = CancellationToken::new();
+    let width = std::num::NonZeroUsize::new(16).unwrap();
+    for r in composer
+        .provision_fleet(&specs, width, &cancel)
+        .await
+        .unwrap()
+    {
+        r.outcome.unwrap_or_else(|e| panic!("{}: {e}", r.name));
+    }
+    let names: Vec<_> = specs.iter().map(|s| s.name.clone()).collect();
+    for (name, r) in composer.deprovision_fleet(&names, width, &cancel).await {
+        r.unwrap_or_else(|e| panic!("deprovision {name}: {e}"));
+    }
+    assert!(live(&p).await.is_empty());
+    // Each machine looks its name up five times (find and create, the race check,
+    // find and delete at teardown): one listing serves all that ask meanwhile.
+    let per_machine = proxy.filtered_describes() as f64 / count as f64;
+    eprintln!(
+        "per machine: {per_machine:.2} tag-filtered DescribeInstances, {:.2} by id, \
+         {:.2} GetConsoleOutput, {:.2} TerminateInstances",
+        (proxy.seen("DescribeInstances") as f64 - proxy.filtered_describes() as f64) / count as f64,
+        proxy.seen("GetConsoleOutput") as f64 / count as f64,
+        proxy.seen("TerminateInstances") as f64 / count as f64,
+    );
+    assert!(
+        per_machine <= 2.0,
+        "{per_machine:.2} tag-filtered DescribeInstances per machine"
+    );
+    assert_eq!(proxy.seen("RunInstances"), count);
+    assert_eq!(proxy.seen("TerminateInstances"), count);
+}

@@ -80,6 +80,8 @@ struct State {
     replayed: AtomicU64,
     /// RunInstances refused with IdempotentParameterMismatch.
     mismatched: AtomicU64,
+    /// DescribeInstances requests with filters (EC2's most expensive kind).
+    filtered: AtomicU64,
 }
 
 /// What a client token is bound to.
@@ -120,6 +122,7 @@ impl FaultProxy {
             terminated: Mutex::new(HashSet::new()),
             replayed: AtomicU64::new(0),
             mismatched: AtomicU64::new(0),
+            filtered: AtomicU64::new(0),
         });
         let st = state.clone();
         let task = tokio::spawn(async move {
@@ -194,6 +197,12 @@ impl FaultProxy {
     /// reaching moto.
     pub fn replayed(&self) -> u64 {
         self.state.replayed.load(Ordering::SeqCst)
+    }
+
+    /// DescribeInstances requests received that carry filters (tag lookups and
+    /// listings, as against lookups by id).
+    pub fn filtered_describes(&self) -> u64 {
+        self.state.filtered.load(Ordering::SeqCst)
     }
 
     /// RunInstances refused with `IdempotentParameterMismatch`.
@@ -295,6 +304,11 @@ async fn handle(
     let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
     let action = form_value(&body, "Action").unwrap_or("").to_owned();
     *st.seen.lock().unwrap().entry(action.clone()).or_default() += 1;
+    if action == "DescribeInstances"
+        && std::str::from_utf8(&body).is_ok_and(|b| b.contains("Filter."))
+    {
+        st.filtered.fetch_add(1, Ordering::SeqCst);
+    }
 
     if let Some((status, code)) = st.scripted(&action, &body) {
         st.injected.fetch_add(1, Ordering::SeqCst);
