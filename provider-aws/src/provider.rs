@@ -5,14 +5,6 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::client::{Ec2, Launch, filter};
-use crate::config::AwsConfig;
-use crate::hostkeys::parse_host_keys;
-use crate::instance::{instance_id, is_gone_or_going, is_owned_by, to_machine};
-use crate::settings::{self, Ec2Settings};
-use crate::tags::{self, MANAGED_TAG, OWNER_TAG};
-use crate::token::ClientToken;
-use crate::view::FleetView;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::Instance;
 use machine_core::conditions as C;
@@ -21,6 +13,15 @@ use machine_core::{
     MachineProvisioner, MachineSpec, PowerOp, PowerOperations, ProviderId, Result, SizeBasis,
     UserData, UserDataDelivery, UserDataFormat,
 };
+
+use crate::client::{Ec2, Launch, filter};
+use crate::config::AwsConfig;
+use crate::hostkeys::parse_host_keys;
+use crate::instance::{instance_id, is_gone_or_going, is_owned_by, to_machine};
+use crate::settings::{self, Ec2Settings};
+use crate::tags::{self, MANAGED_TAG, OWNER_TAG};
+use crate::token::ClientToken;
+use crate::view::FleetView;
 
 /// EC2's user-data limit: 16 KiB of raw bytes, before base64.
 pub const USER_DATA_LIMIT: usize = 16 * 1024;
@@ -237,11 +238,12 @@ impl AwsProvider {
     }
 
     /// After a launch, makes sure one machine carries the name: two controllers that
-    /// both saw the name free may both have launched (their client tokens differ when
-    /// their specs do; moto ignores tokens altogether). Every creator keeps the oldest
-    /// instance of the name, the same one on every replica, and terminates its own launch
-    /// if that is not it. It looks only after [`RACE_WINDOW`], so that every launch that
-    /// could tie with ours on launch time is already visible.
+    /// both saw the name free may both have launched (their client tokens differ across
+    /// a token epoch boundary, see `token.rs`; moto ignores tokens altogether). Every
+    /// creator keeps the oldest instance of the name, the same one on every replica, and
+    /// terminates its own launch if that is not it. It looks only after [`RACE_WINDOW`],
+    /// in a listing started after it (shared with the other creators looking then), so
+    /// that every launch that could tie with ours on launch time is already visible.
     async fn settle_race(&self, spec: &MachineSpec, launched: Instance) -> Result<Machine> {
         tokio::time::sleep(RACE_WINDOW).await;
         let named = self.named(&spec.name, Instant::now()).await?;
@@ -450,7 +452,9 @@ impl MachineProvisioner for AwsProvider {
         let began = Instant::now();
         let plan = self.plan(spec, user_data)?;
         let named = self.named(&spec.name, began).await?;
-        if let Some(existing) = named.live.first().filter(|i| !is_gone_or_going(i)) {
+        // A machine being deleted still holds its name (the trait's contract): it is
+        // returned, phase Deleting, and the caller creates anew once it is gone.
+        if let Some(existing) = named.live.first() {
             tracing::debug!(machine = %spec.name, instance = existing.instance_id(), "adopting");
             let mut m = self.machine(existing, false).await?;
             mark_duplicates(&mut m, &named.live);
@@ -517,7 +521,7 @@ impl MachineProvisioner for AwsProvider {
                     if let Some(holder) = holder.filter(|i| !is_gone_or_going(i)) {
                         return Err(conflict(spec, &plan, holder, &token_text).with_source(e));
                     }
-                    if let Some(existing) = named.live.first().filter(|i| !is_gone_or_going(i)) {
+                    if let Some(existing) = named.live.first() {
                         // Launched meanwhile under another token (an epoch boundary).
                         let mut m = self.machine(existing, false).await?;
                         mark_duplicates(&mut m, &named.live);
@@ -591,8 +595,10 @@ impl MachineProvisioner for AwsProvider {
     /// the owner's instances made after the call began (shared with concurrent
     /// lookups); only when that does not show it is it looked up by id. Succeeds for an
     /// unknown id, except right after this provider created it (then the not-found is
-    /// transient, so a retry terminates it once EC2 knows it). Refuses, with a conflict
-    /// error, to touch an instance of another owner.
+    /// transient, so a retry terminates it once EC2 knows it). Does nothing to an
+    /// instance already terminated or shutting down, so a late delete of an old ID
+    /// leaves a newer machine of the name alone. Refuses, with a conflict error, to
+    /// touch an instance of another owner.
     async fn delete(&self, id: &ProviderId) -> Result<()> {
         let began = Instant::now();
         let iid = instance_id(id)?;
@@ -612,11 +618,13 @@ impl MachineProvisioner for AwsProvider {
                 Lookup::Foreign => return Err(self.foreign(id, ErrorKind::Conflict)),
             },
         };
-        let name = name_of(&inst).map(str::to_owned);
-        let mut targets: Vec<&str> = Vec::new();
-        if !is_gone_or_going(&inst) {
-            targets.push(iid);
+        if is_gone_or_going(&inst) {
+            // Deleted already. Its name may carry a newer machine by now (a recreate),
+            // which a late or repeated delete of the old ID must leave alone.
+            return Ok(());
         }
+        let name = name_of(&inst).map(str::to_owned);
+        let mut targets: Vec<&str> = vec![iid];
         for other in &snapshot.instances {
             let Some(other_id) = other.instance_id() else {
                 continue;
@@ -630,9 +638,6 @@ impl MachineProvisioner for AwsProvider {
                 tracing::info!(instance = other_id, machine = ?name, "terminating a duplicate of the machine");
                 targets.push(other_id);
             }
-        }
-        if targets.is_empty() {
-            return Ok(());
         }
         match self.ec2.terminate_all(&targets).await {
             Err(e) if e.kind() == ErrorKind::NotFound && targets.len() > 1 => {

@@ -98,6 +98,7 @@ async fn a_name_is_recreated_twenty_times_with_one_launch_each() {
     let p = common::provider(&proxy.endpoint, &common::owner("recreate")).await;
     let spec = common::spec("again");
     let mut seen = HashSet::new();
+    let mut previous: Option<machine_core::ProviderId> = None;
     for round in 0..20 {
         // Every other round with another spec: a recreate may change the machine.
         let spec = if round % 2 == 0 {
@@ -119,6 +120,15 @@ async fn a_name_is_recreated_twenty_times_with_one_launch_each() {
             "create {round}: {:?}",
             m.phase
         );
+        // A late delete of the previous generation's ID leaves this one alone.
+        if let Some(old) = previous.replace(m.provider_id.clone()) {
+            p.delete(&old).await.unwrap();
+            let now = p.get(&m.provider_id).await.unwrap();
+            assert!(
+                !matches!(now.phase, Phase::Deleting | Phase::Deleted),
+                "round {round}: deleting the old ID deleted the new machine"
+            );
+        }
         p.delete(&m.provider_id).await.unwrap();
     }
     assert_eq!(
