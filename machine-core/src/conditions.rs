@@ -13,6 +13,11 @@ pub const BOOTSTRAP_COMPLETE: &str = "BootstrapComplete";
 /// Reasons: [`APPLIED`], [`APPLY_FAILED`].
 pub const LAYER_APPLIED_PREFIX: &str = "LayerApplied/";
 
+/// Set by a provider: more than one live resource (instance, VM) carries the machine's
+/// name, made by a race or from outside; deleting the machine deletes them all.
+/// Reasons: [`DUPLICATES_FOUND`] (status true), [`UNIQUE`] (false again).
+pub const DUPLICATES: &str = "Duplicates";
+
 /// The condition type of the decoupled layer named `layer`.
 pub fn layer_applied(layer: &str) -> String {
     format!("{LAYER_APPLIED_PREFIX}{layer}")
@@ -34,6 +39,10 @@ pub const COMPLETE: &str = "Complete";
 pub const WAITING: &str = "Waiting";
 /// Reason: the coupled software failed.
 pub const FAILED: &str = "Failed";
+/// Reason: more than one live resource carries the name.
+pub const DUPLICATES_FOUND: &str = "DuplicatesFound";
+/// Reason: one live resource carries the name again.
+pub const UNIQUE: &str = "Unique";
 /// Reason: the layer is applied.
 pub const APPLIED: &str = "Applied";
 /// Reason: applying the layer failed.

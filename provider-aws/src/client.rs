@@ -81,10 +81,6 @@ impl Ec2 {
         })
     }
 
-    pub(crate) fn sdk(&self) -> &aws_sdk_ec2::Client {
-        &self.sdk
-    }
-
     /// RunInstances for exactly one instance; the instance as EC2 answered.
     pub(crate) async fn run_instance(&self, l: &Launch<'_>) -> Result<Instance> {
         let tags: Vec<Tag> = l
@@ -148,6 +144,9 @@ impl Ec2 {
                     (!ids.is_empty()).then(|| ids.iter().map(|s| (*s).to_owned()).collect()),
                 )
                 .set_filters((!filters.is_empty()).then(|| filters.to_vec()))
+                // EC2's largest page, so that a listing of a fleet takes few calls (it
+                // refuses MaxResults together with instance ids).
+                .set_max_results(ids.is_empty().then_some(1000))
                 .set_next_token(token.take())
                 .send()
                 .await
@@ -167,6 +166,17 @@ impl Ec2 {
         self.sdk
             .terminate_instances()
             .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| from_sdk("TerminateInstances", e))?;
+        Ok(())
+    }
+
+    /// TerminateInstances for several instances in one call.
+    pub(crate) async fn terminate_all(&self, ids: &[&str]) -> Result<()> {
+        self.sdk
+            .terminate_instances()
+            .set_instance_ids(Some(ids.iter().map(|s| (*s).to_owned()).collect()))
             .send()
             .await
             .map_err(|e| from_sdk("TerminateInstances", e))?;

@@ -9,6 +9,7 @@
 //! | `InvalidInstanceType*`, `Unsupported` about an instance type | invalid spec on `size` |
 //! | `InvalidSubnetID.*`, `InvalidGroup*` / `InvalidSecurityGroupID.*`, `InvalidKeyPair.*`, `InvalidParameterValue` about the instance profile, `InvalidBlockDeviceMapping`, `InvalidUserData.*` | invalid spec on the matching `provider.*` field or `userData` |
 //! | other `InvalidParameter*`, `MissingParameter`, `InvalidRequest` | invalid spec on the field the message names, else `provider` |
+//! | credentials not found or refused by their provider (before any request) | unauthorized |
 //! | `AuthFailure`, `UnauthorizedOperation`, `InvalidClientTokenId`, `SignatureDoesNotMatch`, `OptInRequired`, `Blocked`, expired tokens, HTTP 401/403 | unauthorized |
 //! | `InstanceLimitExceeded`, `VcpuLimitExceeded`, `MaxSpotInstanceCountExceeded`, `VolumeLimitExceeded`, `*LimitExceeded` | quota exceeded |
 //! | `InvalidInstanceID.NotFound` / `.Malformed` | not found (transient right after create: see [`crate::AwsConfig`]'s consistency window) |
@@ -17,6 +18,7 @@
 
 use std::time::Duration;
 
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_ec2::config::http::HttpResponse;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use machine_core::{Error, ErrorKind};
@@ -36,15 +38,45 @@ pub(crate) struct Reported {
     pub no_answer: Option<String>,
 }
 
-/// Converts an SDK error from operation `op` (`RunInstances`) into a library error
-/// (for callers of [`crate::AwsProvider::sdk_client`] too),
+/// Converts an SDK error from operation `op` (`RunInstances`) into a library error,
 /// keeping the SDK error as the source.
-pub fn from_sdk<E>(op: &str, err: SdkError<E, HttpResponse>) -> Error
+pub(crate) fn from_sdk<E>(op: &str, err: SdkError<E, HttpResponse>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
+    if let Some(e) = credentials_failure(op, &err) {
+        return e.with_source(err);
+    }
     let reported = report(&err);
     classify(op, &reported).with_source(err)
+}
+
+/// Credentials that cannot be found or loaded fail before the request is sent, inside
+/// the SDK's dispatch: without this they would look like a connection failure and be
+/// retried until a deadline. Only a credential provider that timed out is transient.
+fn credentials_failure(op: &str, err: &(dyn std::error::Error + 'static)) -> Option<Error> {
+    let mut next = err.source();
+    while let Some(e) = next {
+        if let Some(c) = e.downcast_ref::<CredentialsError>() {
+            if matches!(c, CredentialsError::ProviderTimedOut(_)) {
+                return None;
+            }
+            return Some(Error::new(
+                ErrorKind::Unauthorized,
+                format!("{op}: no usable AWS credentials: {}", source_chain(c)),
+            ));
+        }
+        // The SDK's error when no credential provider is configured at all; its type
+        // is private, its message is not.
+        if e.to_string().contains("there was no identity resolver") {
+            return Some(Error::new(
+                ErrorKind::Unauthorized,
+                format!("{op}: no AWS credentials configured: {}", source_chain(e)),
+            ));
+        }
+        next = e.source();
+    }
+    None
 }
 
 fn report<E>(err: &SdkError<E, HttpResponse>) -> Reported

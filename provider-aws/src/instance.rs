@@ -9,7 +9,7 @@ use crate::tags;
 
 /// The instance id in a provider ID `aws:///<zone>/<instance-id>` (the zone may be
 /// empty, as in `aws:///i-0abc` or `aws:////i-0abc`). Errors name `providerID`.
-pub fn instance_id(id: &ProviderId) -> Result<&str> {
+pub(crate) fn instance_id(id: &ProviderId) -> Result<&str> {
     let ok = id.scheme() == "aws" && id.as_str().starts_with("aws:///");
     let instance = id.resource_id();
     let well_formed = instance
@@ -26,7 +26,7 @@ pub fn instance_id(id: &ProviderId) -> Result<&str> {
 }
 
 /// The provider ID of an instance.
-pub fn provider_id(inst: &Instance) -> Result<ProviderId> {
+pub(crate) fn provider_id(inst: &Instance) -> Result<ProviderId> {
     let zone = inst
         .placement()
         .and_then(|p| p.availability_zone())
@@ -38,12 +38,12 @@ pub fn provider_id(inst: &Instance) -> Result<ProviderId> {
 }
 
 /// The EC2 state name of an instance (`pending`, `running`, ...).
-pub fn state(inst: &Instance) -> Option<&InstanceStateName> {
+pub(crate) fn state(inst: &Instance) -> Option<&InstanceStateName> {
     inst.state().and_then(|s| s.name())
 }
 
 /// Whether the instance is terminated or on its way there.
-pub fn is_gone_or_going(inst: &Instance) -> bool {
+pub(crate) fn is_gone_or_going(inst: &Instance) -> bool {
     matches!(
         state(inst),
         Some(InstanceStateName::Terminated | InstanceStateName::ShuttingDown)
@@ -51,7 +51,7 @@ pub fn is_gone_or_going(inst: &Instance) -> bool {
 }
 
 /// Whether the instance carries the marker and `owner`'s tag, and a valid name.
-pub fn is_owned_by(inst: &Instance, owner: &str) -> bool {
+pub(crate) fn is_owned_by(inst: &Instance, owner: &str) -> bool {
     let p = parse_tags(inst);
     p.managed && p.owner.as_deref() == Some(owner) && p.name.is_some()
 }
@@ -66,7 +66,7 @@ fn parse_tags(inst: &Instance) -> tags::Parsed {
 
 /// The machine an owned instance is. `default_ssh_user` is used when the instance has
 /// no SSH user tag; without either there is no SSH endpoint.
-pub fn to_machine(inst: &Instance, default_ssh_user: Option<&str>) -> Result<Machine> {
+pub(crate) fn to_machine(inst: &Instance, default_ssh_user: Option<&str>) -> Result<Machine> {
     let p = parse_tags(inst);
     let name: MachineName = p.name.ok_or_else(|| {
         Error::permanent(format!(

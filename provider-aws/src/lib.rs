@@ -47,26 +47,34 @@
 //! ## Rooms
 //! [`config`] (how to reach EC2, defaults), [`settings`] (per-machine settings from
 //! `MachineSpec::provider`), `client` (the SDK calls, DescribeInstances paged by
-//! `NextToken`), [`provider`] (the trait), [`errors`] (EC2 codes to
+//! `NextToken`), [`provider`] (the trait), `errors` (EC2 codes to
 //! [`machine_core::ErrorKind`]), [`hostkeys`] (host keys from the console), [`tags`]
-//! (how machines are marked and found), [`instance`] (an instance as a machine).
+//! (how machines are marked and found), `instance` (an instance as a machine), `token`
+//! (the RunInstances client token), `view` (one listing of the owner's instances shared
+//! by many name lookups). The SDK's types appear in none of the public ones.
 //!
 //! ## Identity and idempotency
 //! Every instance is tagged with its name (`Name`), the owner and the library's marker
 //! (see [`tags`]); its volumes get the same tags. `create` first looks the name up by
-//! those tags among instances that are not terminated, and returns what it finds: a
-//! second create, or a create by a new process after a crash, adopts the machine.
-//! Only when there is none does it call RunInstances, with a `ClientToken` derived
-//! from owner, name, image, type, settings, tags and user data, so real EC2 answers a
-//! repeated launch with the first instance even while its eventually consistent
-//! DescribeInstances cannot show it yet. moto ignores ClientToken; the tag lookup
-//! carries idempotency there alone. Provider IDs are `aws:///<zone>/<instance-id>`.
+//! those tags, in a listing of the owner's instances made after the call began (one
+//! listing serves every lookup that asks meanwhile), and returns a live instance it
+//! finds: a second create, or a create by a new process after a crash, adopts the
+//! machine. Only when there is none does it call RunInstances, with a `ClientToken` of
+//! owner and name and a generation (not of the spec): real EC2 answers a repeated
+//! launch with the first instance even while its eventually consistent
+//! DescribeInstances cannot show it yet, and refuses a second controller launching the
+//! name with another spec, which gets a conflict error. A recreate after a delete
+//! continues the generations of the tokens it sees, so it costs one launch. moto ignores
+//! ClientToken; the tag lookup and the race check after a launch (the oldest instance of
+//! a name wins) carry idempotency there. Deleting a machine terminates every live
+//! instance of its name; `find` and `list` report duplicates with the `Duplicates`
+//! condition. Provider IDs are `aws:///<zone>/<instance-id>`.
 //!
 //! ## Retries: one layer decides
 //! The SDK makes **one attempt per API call** (its standard retry mode with
 //! `max_attempts = 1`, [`AwsConfigBuilder::sdk_max_attempts`]), and every retry is
 //! decided above the provider, by [`machine_core::decorators::Retrying`] (outermost)
-//! and the composer's own loop, from the [`machine_core::ErrorKind`] that [`errors`]
+//! and the composer's own loop, from the [`machine_core::ErrorKind`] that `errors`
 //! assigns. Why this way round and not the SDK's retries:
 //! - retries at two levels multiply (3 SDK attempts under 6 decorator attempts are 18
 //!   requests against a throttling API);
@@ -91,15 +99,19 @@
 //! errors naming the field, before any request is sent.
 
 pub mod config;
-pub mod errors;
 pub mod hostkeys;
-pub mod instance;
 pub mod provider;
 pub mod settings;
 pub mod tags;
 
+// Modules whose functions take or return the SDK's types stay private, so that this
+// crate's API (and semver) does not follow aws-sdk-ec2's.
 mod client;
+mod errors;
+mod instance;
 mod redact;
+mod token;
+mod view;
 
 pub use config::{AwsConfig, AwsConfigBuilder, CredentialSource, DEFAULT_INSTANCE_TYPE};
 pub use provider::{AwsProvider, USER_DATA_LIMIT};

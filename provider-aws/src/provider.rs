@@ -3,23 +3,25 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types::Instance;
+use machine_core::conditions as C;
 use machine_core::{
     Capabilities, Error, ErrorKind, Labels, Machine, MachineName, MachineProvisioner, MachineSpec,
     PowerOp, PowerOperations, ProviderId, Result, SizeBasis, UserData, UserDataDelivery,
     UserDataFormat, user_data,
 };
-use sha2::{Digest, Sha256};
 
 use crate::client::{Ec2, Launch, filter};
 use crate::config::AwsConfig;
 use crate::hostkeys::parse_host_keys;
 use crate::instance::{instance_id, is_gone_or_going, is_owned_by, to_machine};
 use crate::settings::{self, Ec2Settings};
-use crate::tags::{self, MANAGED_TAG, NAME_TAG, OWNER_TAG};
+use crate::tags::{self, MANAGED_TAG, OWNER_TAG};
+use crate::token::ClientToken;
+use crate::view::FleetView;
 
 /// EC2's user-data limit: 16 KiB of raw bytes, before base64.
 pub const USER_DATA_LIMIT: usize = 16 * 1024;
@@ -27,11 +29,6 @@ pub const USER_DATA_LIMIT: usize = 16 * 1024;
 /// How often `get` looks at a running machine's console for host keys until it finds them.
 const HOST_KEY_RECHECK: Duration = Duration::from_secs(15);
 
-/// How many ClientToken generations `create` tries when EC2 answers with an instance
-/// that an earlier machine of the same name and spec left terminated.
-const MAX_TOKEN_GENERATIONS: u32 = 8;
-
-/// Instance states a live machine can be in (terminated ones do not count).
 /// How long after its launch a creator waits before it looks for a rival launch of
 /// the same name. EC2 (and moto) report launch times to the second, so two launches in
 /// one second tie and are ordered by instance ID instead; a rival that ties with us
@@ -39,6 +36,7 @@ const MAX_TOKEN_GENERATIONS: u32 = 8;
 /// granularity plus a margin for the rival's RunInstances to be answered.
 const RACE_WINDOW: Duration = Duration::from_millis(1500);
 
+/// Instance states a live machine can be in (terminated ones do not count).
 const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
 
 /// Creates, finds and deletes EC2 instances as machines. See the [crate docs](crate)
@@ -52,6 +50,8 @@ pub struct AwsProvider {
     recent: Mutex<HashMap<String, Instant>>,
     /// Host keys read from consoles, and when each console was last read.
     host_keys: Mutex<HashMap<String, (Vec<String>, Instant)>>,
+    /// Every instance of the owner, listed once for many name lookups.
+    view: FleetView,
 }
 
 impl AwsProvider {
@@ -89,6 +89,7 @@ impl AwsProvider {
             capabilities,
             recent: Mutex::new(HashMap::new()),
             host_keys: Mutex::new(HashMap::new()),
+            view: FleetView::default(),
         })
     }
 
@@ -97,15 +98,21 @@ impl AwsProvider {
         &self.config
     }
 
-    /// The SDK client, for EC2 calls this crate does not wrap.
-    pub fn sdk_client(&self) -> &aws_sdk_ec2::Client {
-        self.ec2.sdk()
+    /// The machine of every instance with the marker and this owner's tag, in any state
+    /// (terminated ones included, as `Deleted`, while EC2 still lists them). For audits
+    /// and tests: it shows what `list` hides.
+    pub async fn owned_instances(&self) -> Result<Vec<Machine>> {
+        let owner = self.config.owner.as_str();
+        self.list_owned()
+            .await?
+            .iter()
+            .filter(|i| is_owned_by(i, owner))
+            .map(|i| to_machine(i, self.default_ssh_user()))
+            .collect()
     }
 
-    /// Every instance with the marker and this owner's tag, in any state (terminated
-    /// ones included, while EC2 still lists them). For audits and tests: it shows what
-    /// `list` hides.
-    pub async fn owned_instances(&self) -> Result<Vec<Instance>> {
+    /// One paginated DescribeInstances by the owner's tags: what [`FleetView`] shares.
+    async fn list_owned(&self) -> Result<Vec<Instance>> {
         self.ec2
             .describe(
                 &[],
@@ -197,44 +204,48 @@ impl AwsProvider {
         }
     }
 
-    /// The live (not terminated) owned instances named `name`, oldest first.
-    async fn by_name(&self, name: &MachineName) -> Result<Vec<Instance>> {
-        let mut found = self
-            .ec2
-            .describe(
-                &[],
-                &[
-                    filter(&format!("tag:{NAME_TAG}"), &[name.as_str()]),
-                    filter(&format!("tag:{OWNER_TAG}"), &[self.config.owner.as_str()]),
-                    filter(&format!("tag:{MANAGED_TAG}"), &["true"]),
-                    filter("instance-state-name", &LIVE_STATES),
-                ],
-            )
-            .await?;
-        found.retain(|i| is_owned_by(i, &self.config.owner));
-        // Oldest first, so that every replica picks the same one if a race ever made two.
-        found.sort_by(|a, b| {
+    /// The owned instances named `name`, from a listing that started at or after
+    /// `since` (shared with every other lookup that asked meanwhile).
+    async fn named(&self, name: &MachineName, since: Instant) -> Result<Named> {
+        let snapshot = self.view.since(since, || self.list_owned()).await?;
+        let owner = self.config.owner.as_str();
+        let all: Vec<Instance> = snapshot
+            .instances
+            .iter()
+            .filter(|i| is_owned_by(i, owner) && name_of(i) == Some(name.as_str()))
+            .cloned()
+            .collect();
+        let mut live: Vec<Instance> = all
+            .iter()
+            .filter(|i| state_name(i).is_some_and(|s| LIVE_STATES.contains(&s)))
+            .cloned()
+            .collect();
+        // Instances that are not going first, then oldest first, so that every replica
+        // picks the same one when a race or an outside launch made two.
+        live.sort_by(|a, b| {
             let key = |i: &Instance| {
                 (
+                    is_gone_or_going(i),
                     i.launch_time().map(|t| (t.secs(), t.subsec_nanos())),
                     i.instance_id().map(str::to_owned),
                 )
             };
             key(a).cmp(&key(b))
         });
-        Ok(found)
+        Ok(Named { all, live })
     }
 
     /// After a launch, makes sure one machine carries the name: two controllers that
-    /// both saw the name free may both have launched (their client tokens differ when
-    /// their specs do; moto ignores tokens altogether). Every creator keeps the oldest
-    /// instance of the name, the same one on every replica, and terminates its own launch
-    /// if that is not it. It looks only after [`RACE_WINDOW`], so that every launch that
-    /// could tie with ours on launch time is already visible.
+    /// both saw the name free may both have launched (their client tokens differ across
+    /// a token epoch boundary, see `token.rs`; moto ignores tokens altogether). Every
+    /// creator keeps the oldest instance of the name, the same one on every replica, and
+    /// terminates its own launch if that is not it. It looks only after [`RACE_WINDOW`],
+    /// in a listing started after it (shared with the other creators looking then), so
+    /// that every launch that could tie with ours on launch time is already visible.
     async fn settle_race(&self, spec: &MachineSpec, launched: Instance) -> Result<Machine> {
         tokio::time::sleep(RACE_WINDOW).await;
-        let named = self.by_name(&spec.name).await?;
-        let Some(winner) = named.first() else {
+        let named = self.named(&spec.name, Instant::now()).await?;
+        let Some(winner) = named.live.first().filter(|i| !is_gone_or_going(i)) else {
             return self.machine(&launched, false).await;
         };
         if winner.instance_id() == launched.instance_id() {
@@ -248,7 +259,9 @@ impl AwsProvider {
                 Err(e) => return Err(e.context(format_args!("terminating duplicate {ours}"))),
             }
         }
-        self.machine(winner, false).await
+        let mut m = self.machine(winner, false).await?;
+        mark_duplicates(&mut m, &named.live);
+        Ok(m)
     }
 
     /// The machine of `inst`, with host keys when discovery is on and it runs.
@@ -318,7 +331,6 @@ struct Plan {
     instance_type: String,
     settings: Ec2Settings,
     tags: Vec<(String, String)>,
-    token_base: String,
 }
 
 impl AwsProvider {
@@ -361,40 +373,11 @@ impl AwsProvider {
             .or(settings.ssh_user.as_deref());
         let tags = tags::machine_tags(spec, &self.config.owner, ssh_user, &settings.tags)?;
 
-        // The ClientToken: the same machine (owner, name, launch, user data) always asks
-        // with the same token, so real EC2 returns the first instance to a repeated
-        // RunInstances even when the tag lookup cannot see it yet.
-        let mut h = Sha256::new();
-        for part in [
-            self.config.owner.as_str(),
-            spec.name.as_str(),
-            image.as_str(),
-            instance_type.as_str(),
-        ] {
-            h.update(part.as_bytes());
-            h.update([0]);
-        }
-        h.update(serde_json::to_vec(&settings).unwrap_or_default());
-        h.update([0]);
-        for (k, v) in &tags {
-            h.update(k.as_bytes());
-            h.update([1]);
-            h.update(v.as_bytes());
-            h.update([0]);
-        }
-        if let Some(ud) = user_data {
-            h.update(&ud.bytes);
-        }
-        let token_base: String = h.finalize()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
         Ok(Plan {
             image,
             instance_type,
             settings,
             tags,
-            token_base,
         })
     }
 }
@@ -424,16 +407,23 @@ impl MachineProvisioner for AwsProvider {
     }
 
     /// Checks everything it can before any call (spec, settings, image and type form,
-    /// tags, user data size), then looks the name up by tags and returns a live
-    /// instance it finds (adoption). Otherwise it launches one with RunInstances and a
-    /// ClientToken derived from the machine; if EC2 answers with an instance an earlier
-    /// machine of the same name and spec left terminated, it asks again with the token's
-    /// next generation.
+    /// tags, user data size), then looks the name up in a listing of the owner's
+    /// instances made after the call began (shared with concurrent lookups) and returns
+    /// a live instance it finds (adoption). Otherwise it launches one with RunInstances
+    /// and a ClientToken of owner and name (see `token.rs`): a controller launching the
+    /// same name at the same moment with another spec gets a conflict error, and a
+    /// recreate after a delete continues the token sequence of the instances it sees.
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
+        let began = Instant::now();
         let plan = self.plan(spec, user_data)?;
-        if let Some(existing) = self.by_name(&spec.name).await?.first() {
+        let named = self.named(&spec.name, began).await?;
+        // A machine being deleted still holds its name (the trait's contract): it is
+        // returned, phase Deleting, and the caller creates anew once it is gone.
+        if let Some(existing) = named.live.first() {
             tracing::debug!(machine = %spec.name, instance = existing.instance_id(), "adopting");
-            return self.machine(existing, false).await;
+            let mut m = self.machine(existing, false).await?;
+            mark_duplicates(&mut m, &named.live);
+            return Ok(m);
         }
         let root_device = match &plan.settings.root_volume {
             Some(root) => Some(match &root.device_name {
@@ -442,8 +432,20 @@ impl MachineProvisioner for AwsProvider {
             }),
             None => None,
         };
-        for generation in 0..MAX_TOKEN_GENERATIONS {
-            let token = format!("{}-g{generation}", plan.token_base);
+        let unix_secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut token = ClientToken::choose(
+            &self.config.owner,
+            spec.name.as_str(),
+            named.all.iter().filter_map(Instance::client_token),
+            unix_secs,
+        );
+        // Each turn either launches, adopts, fails, or steps past a token that an
+        // earlier generation of this name holds; the tokens ahead are finite (one per
+        // launch EC2 remembers), so this ends without a fixed cap.
+        loop {
+            let token_text = token.to_string();
             let launch = Launch {
                 image: &plan.image,
                 instance_type: &plan.instance_type,
@@ -451,23 +453,51 @@ impl MachineProvisioner for AwsProvider {
                 root_device: root_device.as_deref(),
                 user_data: user_data.map(|u| u.bytes.as_slice()),
                 tags: &plan.tags,
-                client_token: &token,
+                client_token: &token_text,
             };
-            let inst = self.ec2.run_instance(&launch).await?;
-            if let Some(iid) = inst.instance_id() {
-                self.remember_created(iid);
+            match self.ec2.run_instance(&launch).await {
+                Ok(inst) if is_gone_or_going(&inst) => {
+                    if inst.client_token().is_some_and(|t| t != token_text) {
+                        return Err(Error::permanent(format!(
+                            "RunInstances answered client token {token_text} with instance {} of token {}",
+                            inst.instance_id().unwrap_or("?"),
+                            inst.client_token().unwrap_or("?")
+                        )));
+                    }
+                    tracing::debug!(machine = %spec.name, token = token_text, "client token held by a terminated instance; next generation");
+                    token = token.next();
+                }
+                Ok(inst) => {
+                    if let Some(iid) = inst.instance_id() {
+                        self.remember_created(iid);
+                    }
+                    tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
+                    return self.settle_race(spec, inst).await;
+                }
+                Err(e) if is_token_mismatch(&e) => {
+                    // The token is bound to other parameters: an earlier generation
+                    // launched with another spec, or another controller launching this
+                    // name right now with another spec. A fresh listing tells which.
+                    let named = self.named(&spec.name, Instant::now()).await?;
+                    let holder = named
+                        .all
+                        .iter()
+                        .find(|i| i.client_token() == Some(token_text.as_str()));
+                    if let Some(holder) = holder.filter(|i| !is_gone_or_going(i)) {
+                        return Err(conflict(spec, &plan, holder, &token_text).with_source(e));
+                    }
+                    if let Some(existing) = named.live.first() {
+                        // Launched meanwhile under another token (an epoch boundary).
+                        let mut m = self.machine(existing, false).await?;
+                        mark_duplicates(&mut m, &named.live);
+                        return Ok(m);
+                    }
+                    // Held by a terminated instance, listed or no longer listed.
+                    token = token.next();
+                }
+                Err(e) => return Err(e),
             }
-            if is_gone_or_going(&inst) {
-                tracing::debug!(machine = %spec.name, token, "client token names a terminated instance; next generation");
-                continue;
-            }
-            tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
-            return self.settle_race(spec, inst).await;
         }
-        Err(Error::permanent(format!(
-            "RunInstances kept answering with terminated instances for {} client token generations",
-            MAX_TOKEN_GENERATIONS
-        )))
     }
 
     async fn get(&self, id: &ProviderId) -> Result<Machine> {
@@ -475,9 +505,16 @@ impl MachineProvisioner for AwsProvider {
         self.machine(&inst, true).await
     }
 
+    /// The oldest live instance of the name (one that is not being terminated, when
+    /// there is one), with the `Duplicates` condition when more than one is live.
     async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
-        match self.by_name(name).await?.first() {
-            Some(inst) => self.machine(inst, true).await.map(Some),
+        let named = self.named(name, Instant::now()).await?;
+        match named.live.first() {
+            Some(inst) => {
+                let mut m = self.machine(inst, true).await?;
+                mark_duplicates(&mut m, &named.live);
+                Ok(Some(m))
+            }
             None => Ok(None),
         }
     }
@@ -495,11 +532,21 @@ impl MachineProvisioner for AwsProvider {
             ));
         }
         let found = self.ec2.describe(&[], &filters).await?;
-        let mut out = Vec::with_capacity(found.len());
-        for inst in found.iter().filter(|i| is_owned_by(i, &self.config.owner)) {
-            let m = self.machine(inst, false).await?;
+        let owned: Vec<Instance> = found
+            .into_iter()
+            .filter(|i| is_owned_by(i, &self.config.owner))
+            .collect();
+        let mut out = Vec::with_capacity(owned.len());
+        for inst in &owned {
+            let mut m = self.machine(inst, false).await?;
             // Filters select already; checking again keeps a lax server honest.
             if selector.iter().all(|(k, v)| m.labels.get(k) == Some(v)) {
+                let same_name: Vec<Instance> = owned
+                    .iter()
+                    .filter(|i| name_of(i) == Some(m.name.as_str()))
+                    .cloned()
+                    .collect();
+                mark_duplicates(&mut m, &same_name);
                 out.push(m);
             }
         }
@@ -507,22 +554,67 @@ impl MachineProvisioner for AwsProvider {
         Ok(out)
     }
 
-    /// Terminates the instance unless it is already terminated or shutting down.
-    /// Succeeds for an unknown id, except right after this provider created it (then
-    /// the not-found is transient, so a retry terminates it once EC2 knows it). Refuses,
-    /// with a not-found error, to touch an instance of another owner.
+    /// Terminates the machine: the instance and every other live instance of the same
+    /// owner and name (a duplicate made by a race or from outside is never left
+    /// running), in one TerminateInstances. The instance is looked up in a listing of
+    /// the owner's instances made after the call began (shared with concurrent
+    /// lookups); only when that does not show it is it looked up by id. Succeeds for an
+    /// unknown id, except right after this provider created it (then the not-found is
+    /// transient, so a retry terminates it once EC2 knows it). Does nothing to an
+    /// instance already terminated or shutting down, so a late delete of an old ID
+    /// leaves a newer machine of the name alone. Refuses, with a conflict error, to
+    /// touch an instance of another owner.
     async fn delete(&self, id: &ProviderId) -> Result<()> {
+        let began = Instant::now();
         let iid = instance_id(id)?;
-        let inst = match self.lookup(id).await? {
-            Lookup::Owned(inst) => inst,
-            Lookup::Missing(e) => return self.gone(iid, e),
-            // Someone else's instance is not ours to terminate.
-            Lookup::Foreign => return Err(self.foreign(id, ErrorKind::Conflict)),
+        let snapshot = self.view.since(began, || self.list_owned()).await?;
+        let owner = self.config.owner.as_str();
+        let listed = snapshot
+            .instances
+            .iter()
+            .find(|i| i.instance_id() == Some(iid) && is_owned_by(i, owner))
+            .cloned();
+        let inst = match listed {
+            Some(inst) => inst,
+            None => match self.lookup(id).await? {
+                Lookup::Owned(inst) => *inst,
+                Lookup::Missing(e) => return self.gone(iid, e),
+                // Someone else's instance is not ours to terminate.
+                Lookup::Foreign => return Err(self.foreign(id, ErrorKind::Conflict)),
+            },
         };
         if is_gone_or_going(&inst) {
+            // Deleted already. Its name may carry a newer machine by now (a recreate),
+            // which a late or repeated delete of the old ID must leave alone.
             return Ok(());
         }
-        match self.ec2.terminate(iid).await {
+        let name = name_of(&inst).map(str::to_owned);
+        let mut targets: Vec<&str> = vec![iid];
+        for other in &snapshot.instances {
+            let Some(other_id) = other.instance_id() else {
+                continue;
+            };
+            if other_id != iid
+                && is_owned_by(other, owner)
+                && name_of(other) == name.as_deref()
+                && state_name(other).is_some_and(|s| LIVE_STATES.contains(&s))
+                && !is_gone_or_going(other)
+            {
+                tracing::info!(instance = other_id, machine = ?name, "terminating a duplicate of the machine");
+                targets.push(other_id);
+            }
+        }
+        match self.ec2.terminate_all(&targets).await {
+            Err(e) if e.kind() == ErrorKind::NotFound && targets.len() > 1 => {
+                // One of them vanished meanwhile: EC2 refused the whole batch.
+                for t in targets {
+                    match self.ec2.terminate(t).await {
+                        Err(e) if e.kind() == ErrorKind::NotFound => self.gone(t, Some(e))?,
+                        other => other?,
+                    }
+                }
+                Ok(())
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => self.gone(iid, Some(e)),
             other => other,
         }
@@ -552,4 +644,83 @@ impl MachineProvisioner for AwsProvider {
         self.owned(id).await?;
         self.ec2.console_output(instance_id(id)?).await
     }
+}
+
+/// What a listing shows of one name.
+struct Named {
+    /// Every instance of the name, in any state EC2 still lists.
+    all: Vec<Instance>,
+    /// The ones not terminated: those not being terminated first, oldest first.
+    live: Vec<Instance>,
+}
+
+/// The `Name` tag of an instance.
+fn name_of(inst: &Instance) -> Option<&str> {
+    inst.tags()
+        .iter()
+        .find(|t| t.key() == Some(tags::NAME_TAG))
+        .and_then(|t| t.value())
+}
+
+fn state_name(inst: &Instance) -> Option<&str> {
+    crate::instance::state(inst).map(|s| s.as_str())
+}
+
+/// Sets the `Duplicates` condition on `m` from `same_name`, the instances that carry
+/// its name: true, naming the others, when more than one of them is live and not being
+/// terminated.
+fn mark_duplicates(m: &mut Machine, same_name: &[Instance]) {
+    let own = m.provider_id.resource_id().to_owned();
+    let others: Vec<&str> = same_name
+        .iter()
+        .filter(|i| state_name(i).is_some_and(|s| LIVE_STATES.contains(&s)))
+        .filter(|i| !is_gone_or_going(i))
+        .filter_map(|i| i.instance_id())
+        .filter(|i| *i != own)
+        .collect();
+    if others.is_empty() {
+        if m.condition(C::DUPLICATES).is_some() {
+            m.set_condition(
+                C::DUPLICATES,
+                false,
+                C::UNIQUE,
+                "one live instance carries the name",
+            );
+        }
+        return;
+    }
+    m.set_condition(
+        C::DUPLICATES,
+        true,
+        C::DUPLICATES_FOUND,
+        format!(
+            "{} other live instance(s) carry this name: {}; deleting the machine terminates them all",
+            others.len(),
+            others.join(", ")
+        ),
+    );
+}
+
+/// Whether `e` is EC2's answer to a client token reused with other parameters.
+fn is_token_mismatch(e: &Error) -> bool {
+    e.kind() == ErrorKind::Conflict && e.message().contains("IdempotentParameterMismatch")
+}
+
+/// The error for a name another controller is launching with other parameters.
+fn conflict(spec: &MachineSpec, plan: &Plan, holder: &Instance, token: &str) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "machine {} is already being created with other parameters: instance {} \
+             (image {}, type {}) holds client token {token}, and EC2 refused this create \
+             (image {}, type {}) with IdempotentParameterMismatch; two controllers of one \
+             owner disagree on the spec",
+            spec.name,
+            holder.instance_id().unwrap_or("?"),
+            holder.image_id().unwrap_or("?"),
+            holder.instance_type().map_or("?", |t| t.as_str()),
+            plan.image,
+            plan.instance_type,
+        ),
+    )
 }

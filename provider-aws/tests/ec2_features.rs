@@ -70,7 +70,7 @@ async fn a_machine_has_addresses_tagged_volumes_user_data_and_power() {
     assert_eq!(back.decoded().unwrap(), script.as_bytes());
 
     // The instance and its root volume carry the tags; the volume has the asked size.
-    let sdk = p.sdk_client();
+    let sdk = common::sdk(&moto.endpoint).await;
     let vols = sdk
         .describe_volumes()
         .filters(

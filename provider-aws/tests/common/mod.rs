@@ -46,6 +46,20 @@ pub async fn provider(endpoint: &str, owner: &str) -> AwsProvider {
         .expect("provider")
 }
 
+/// An SDK client of its own for moto at `endpoint`, for what the provider does not
+/// show (volumes) or must not do (launching a duplicate from outside).
+pub async fn sdk(endpoint: &str) -> aws_sdk_ec2::Client {
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(REGION))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_sdk_ec2::config::Credentials::new(
+            "testing", "testing", None, None, "tests",
+        ))
+        .load()
+        .await;
+    aws_sdk_ec2::Client::new(&config)
+}
+
 /// A spec for `name` with moto's AMI and a small instance type.
 pub fn spec(name: &str) -> MachineSpec {
     MachineSpec::new(MachineName::new(name).expect("test name")).with_size("t3.micro")

@@ -3,8 +3,16 @@
 //! after moto answered (a lost response), slow answers, and scripted EC2 errors for
 //! one action (`InvalidInstanceID.NotFound` right after a create, as eventually
 //! consistent EC2 answers). Everything else is forwarded to the real moto untouched.
+//!
+//! It also gives RunInstances real EC2's `ClientToken` semantics, which moto lacks: the
+//! first request with a token is forwarded and binds the token to its parameters and
+//! answer; a later one with the same token and parameters gets that answer again (with
+//! the instance's state updated once the proxy has seen it terminated), one with other
+//! parameters gets `IdempotentParameterMismatch`. A token stays bound after the instance
+//! is terminated, as EC2 keeps it for at least 24 hours. Requests with one token are
+//! handled one at a time, so two racing launches cannot both reach moto.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -64,6 +72,25 @@ struct State {
     seen: Mutex<HashMap<String, usize>>,
     forwarded: Mutex<HashMap<String, usize>>,
     injected: AtomicU64,
+    /// Client token -> what it is bound to; the per-token lock orders racing launches.
+    tokens: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Binding>>>>>,
+    /// Instances the proxy has seen a TerminateInstances for.
+    terminated: Mutex<HashSet<String>>,
+    /// RunInstances answered from a token binding without reaching moto.
+    replayed: AtomicU64,
+    /// RunInstances refused with IdempotentParameterMismatch.
+    mismatched: AtomicU64,
+    /// DescribeInstances requests with filters (EC2's most expensive kind).
+    filtered: AtomicU64,
+}
+
+/// What a client token is bound to.
+struct Binding {
+    /// The request's parameters, the token left out.
+    params: Vec<String>,
+    /// moto's answer to the first request.
+    answer: Bytes,
+    instance_id: String,
 }
 
 /// The proxy; stops accepting when dropped.
@@ -91,6 +118,11 @@ impl FaultProxy {
             seen: Mutex::new(HashMap::new()),
             forwarded: Mutex::new(HashMap::new()),
             injected: AtomicU64::new(0),
+            tokens: Mutex::new(HashMap::new()),
+            terminated: Mutex::new(HashSet::new()),
+            replayed: AtomicU64::new(0),
+            mismatched: AtomicU64::new(0),
+            filtered: AtomicU64::new(0),
         });
         let st = state.clone();
         let task = tokio::spawn(async move {
@@ -118,7 +150,8 @@ impl FaultProxy {
     }
 
     /// Answers the next `times` requests of `action` with HTTP `status` and EC2 error
-    /// `code`, without reaching moto. Scripts win over random faults.
+    /// `code`, without reaching moto (an `InvalidInstanceID.*` code only requests that
+    /// name instance ids). Scripts win over random faults.
     pub fn script(&self, action: &str, status: u16, code: &str, times: usize) {
         self.state.scripts.lock().unwrap().push(Script {
             action: action.to_owned(),
@@ -160,6 +193,23 @@ impl FaultProxy {
         self.state.seen.lock().unwrap().values().sum()
     }
 
+    /// RunInstances answered from a bound client token (same parameters) without
+    /// reaching moto.
+    pub fn replayed(&self) -> u64 {
+        self.state.replayed.load(Ordering::SeqCst)
+    }
+
+    /// DescribeInstances requests received that carry filters (tag lookups and
+    /// listings, as against lookups by id).
+    pub fn filtered_describes(&self) -> u64 {
+        self.state.filtered.load(Ordering::SeqCst)
+    }
+
+    /// RunInstances refused with `IdempotentParameterMismatch`.
+    pub fn mismatched(&self) -> u64 {
+        self.state.mismatched.load(Ordering::SeqCst)
+    }
+
     /// Faults injected so far (scripted ones included).
     pub fn injected(&self) -> u64 {
         self.state.injected.load(Ordering::SeqCst)
@@ -190,11 +240,17 @@ impl State {
         Fault::None
     }
 
-    fn scripted(&self, action: &str) -> Option<(u16, String)> {
+    /// The scripted answer for this request, if any. EC2 answers
+    /// `InvalidInstanceID.*` only to requests naming instance ids, never to a listing
+    /// by filters, so such a script waits for a request that names one.
+    fn scripted(&self, action: &str, body: &[u8]) -> Option<(u16, String)> {
+        let names_ids = std::str::from_utf8(body).is_ok_and(|b| b.contains("InstanceId."));
         let mut scripts = self.scripts.lock().unwrap();
-        let s = scripts
-            .iter_mut()
-            .find(|s| s.action == action && s.times > 0)?;
+        let s = scripts.iter_mut().find(|s| {
+            s.action == action
+                && s.times > 0
+                && (names_ids || !s.code.starts_with("InvalidInstanceID"))
+        })?;
         s.times -= 1;
         Some((s.status, s.code.clone()))
     }
@@ -205,6 +261,26 @@ fn form_value<'a>(body: &'a [u8], key: &str) -> Option<&'a str> {
         let (k, v) = pair.split_once('=')?;
         (k == key).then_some(v)
     })
+}
+
+/// The form's pairs other than `ClientToken`, sorted: what EC2 compares.
+fn params_without_token(body: &[u8]) -> Vec<String> {
+    let mut params: Vec<String> = std::str::from_utf8(body)
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.starts_with("ClientToken="))
+        .map(str::to_owned)
+        .collect();
+    params.sort();
+    params
+}
+
+/// The text between the first `<tag>` and `</tag>` in `xml`.
+fn element<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
+    let open = format!("<{tag}>");
+    let start = xml.find(&open)? + open.len();
+    let len = xml[start..].find(&format!("</{tag}>"))?;
+    Some(&xml[start..start + len])
 }
 
 fn ec2_error(status: u16, code: &str) -> Response<Full<Bytes>> {
@@ -228,8 +304,13 @@ async fn handle(
     let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
     let action = form_value(&body, "Action").unwrap_or("").to_owned();
     *st.seen.lock().unwrap().entry(action.clone()).or_default() += 1;
+    if action == "DescribeInstances"
+        && std::str::from_utf8(&body).is_ok_and(|b| b.contains("Filter."))
+    {
+        st.filtered.fetch_add(1, Ordering::SeqCst);
+    }
 
-    if let Some((status, code)) = st.scripted(&action) {
+    if let Some((status, code)) = st.scripted(&action, &body) {
         st.injected.fetch_add(1, Ordering::SeqCst);
         return Ok(ec2_error(status, &code));
     }
@@ -248,6 +329,43 @@ async fn handle(
         Fault::None | Fault::DropAfter => {}
     }
 
+    // Real EC2's ClientToken: the first launch with a token binds it; a repeat gets the
+    // first answer or a mismatch, without reaching moto.
+    let token = (action == "RunInstances")
+        .then(|| form_value(&body, "ClientToken").map(str::to_owned))
+        .flatten();
+    let slot = token.as_ref().map(|t| {
+        st.tokens
+            .lock()
+            .unwrap()
+            .entry(t.clone())
+            .or_default()
+            .clone()
+    });
+    let mut bound = match &slot {
+        Some(slot) => Some(slot.clone().lock_owned().await),
+        None => None,
+    };
+    if let Some(Some(binding)) = bound.as_deref() {
+        if binding.params != params_without_token(&body) {
+            st.mismatched.fetch_add(1, Ordering::SeqCst);
+            return Ok(ec2_error(400, "IdempotentParameterMismatch"));
+        }
+        st.replayed.fetch_add(1, Ordering::SeqCst);
+        let mut answer = String::from_utf8_lossy(&binding.answer).into_owned();
+        if st.terminated.lock().unwrap().contains(&binding.instance_id) {
+            answer = answer.replacen(
+                "<instanceState><code>0</code><name>pending</name></instanceState>",
+                "<instanceState><code>48</code><name>terminated</name></instanceState>",
+                1,
+            );
+        }
+        return Ok(Response::builder()
+            .status(200)
+            .header("content-type", "text/xml;charset=UTF-8")
+            .body(Full::new(Bytes::from(answer)))
+            .expect("valid response"));
+    }
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut forward = Request::builder()
         .method(parts.method.clone())
@@ -255,11 +373,34 @@ async fn handle(
     for (k, v) in &parts.headers {
         forward = forward.header(k, v);
     }
-    let forward = forward.body(Full::new(body)).map_err(io::Error::other)?;
+    let forward = forward
+        .body(Full::new(body.clone()))
+        .map_err(io::Error::other)?;
     let answer = st.client.request(forward).await.map_err(io::Error::other)?;
     let (rparts, rbody) = answer.into_parts();
     let rbody = rbody.collect().await.map_err(io::Error::other)?.to_bytes();
+    if action == "TerminateInstances" && rparts.status.is_success() {
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let mut terminated = st.terminated.lock().unwrap();
+        for pair in text.split('&') {
+            if let Some((k, v)) = pair.split_once('=')
+                && k.starts_with("InstanceId.")
+            {
+                terminated.insert(v.to_owned());
+            }
+        }
+    }
     *st.forwarded.lock().unwrap().entry(action).or_default() += 1;
+    if let Some(bound) = bound.as_deref_mut()
+        && rparts.status.is_success()
+    {
+        let text = String::from_utf8_lossy(&rbody);
+        *bound = Some(Binding {
+            params: params_without_token(&body),
+            answer: rbody.clone(),
+            instance_id: element(&text, "instanceId").unwrap_or("").to_owned(),
+        });
+    }
     if fault == Fault::DropAfter {
         return Err(io::Error::other("injected: answer lost"));
     }

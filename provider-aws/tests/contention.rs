@@ -1,0 +1,259 @@
+//! One name, one instance, under real EC2's ClientToken semantics (the proxy adds them
+//! to moto): controllers that disagree on the spec get a conflict, not a second
+//! instance; a name is recreated after delete with one launch each time, however often;
+//! and deleting a machine terminates every live instance of its name.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
+use machine_core::conditions as C;
+use machine_core::{
+    CancellationToken, Composer, ComposerSettings, ErrorKind, Labels, MachineProvisioner, Phase,
+};
+use provider_aws::AwsProvider;
+use provider_aws::tags::{MANAGED_TAG, OWNER_TAG};
+
+use common::Moto;
+use common::proxy::{FaultProxy, Faults};
+
+/// The (name, instance id) of `p`'s owner's instances that are not terminated or
+/// shutting down.
+async fn live(p: &AwsProvider) -> Vec<(String, String)> {
+    p.owned_instances()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| !matches!(m.phase, Phase::Deleting | Phase::Deleted))
+        .map(|m| (m.name.to_string(), m.provider_id.resource_id().to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_controllers_with_different_specs_make_one_instance_per_name() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 11).await;
+    let owner = common::owner("disagree");
+    // Two versions of a controller during a rolling upgrade: same owner, other size.
+    let old = Arc::new(common::provider(&proxy.endpoint, &owner).await);
+    let new = Arc::new(common::provider(&proxy.endpoint, &owner).await);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        for (p, size) in [(old.clone(), "t3.micro"), (new.clone(), "t3.small")] {
+            tasks.spawn(async move {
+                let spec = common::spec(&format!("both-{i:02}")).with_size(size);
+                let r = p.create(&spec, None).await;
+                (spec.name.to_string(), r)
+            });
+        }
+    }
+    let mut told: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut conflicts = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        let (name, r) = r.unwrap();
+        match r {
+            Ok(m) => {
+                told.entry(name)
+                    .or_default()
+                    .insert(m.provider_id.resource_id().to_owned());
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Conflict, "{name}: {e}");
+                conflicts.push(e.to_string());
+            }
+        }
+    }
+    let direct = common::provider(&moto.endpoint, &owner).await;
+    let standing = live(&direct).await;
+    let names: HashSet<&str> = standing.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.len(), 50, "names without a machine");
+    assert_eq!(standing.len(), 50, "duplicates left running: {standing:?}");
+    assert!(
+        !conflicts.is_empty(),
+        "no controller was told about the other's spec; {} launches were refused",
+        proxy.mismatched()
+    );
+    // The conflict names both sides.
+    assert!(
+        conflicts
+            .iter()
+            .all(|c| c.contains("t3.micro") && c.contains("t3.small")),
+        "{conflicts:?}"
+    );
+    // Whoever was told a machine was told the one that stands.
+    for (name, ids) in &told {
+        let standing_id = standing.iter().find(|(n, _)| n == name).map(|(_, i)| i);
+        assert_eq!(ids.len(), 1, "{name}: told {ids:?}");
+        assert_eq!(ids.iter().next(), standing_id, "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_is_recreated_twenty_times_with_one_launch_each() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 12).await;
+    let p = common::provider(&proxy.endpoint, &common::owner("recreate")).await;
+    let spec = common::spec("again");
+    let mut seen = HashSet::new();
+    let mut previous: Option<machine_core::ProviderId> = None;
+    for round in 0..20 {
+        // Every other round with another spec: a recreate may change the machine.
+        let spec = if round % 2 == 0 {
+            spec.clone()
+        } else {
+            spec.clone().with_size("t3.small")
+        };
+        let m = p
+            .create(&spec, None)
+            .await
+            .unwrap_or_else(|e| panic!("create {round}: {e}"));
+        assert!(
+            seen.insert(m.provider_id.clone()),
+            "create {round} answered with an earlier instance {}",
+            m.provider_id
+        );
+        assert!(
+            !matches!(m.phase, Phase::Deleting | Phase::Deleted),
+            "create {round}: {:?}",
+            m.phase
+        );
+        // A late delete of the previous generation's ID leaves this one alone.
+        if let Some(old) = previous.replace(m.provider_id.clone()) {
+            p.delete(&old).await.unwrap();
+            let now = p.get(&m.provider_id).await.unwrap();
+            assert!(
+                !matches!(now.phase, Phase::Deleting | Phase::Deleted),
+                "round {round}: deleting the old ID deleted the new machine"
+            );
+        }
+        p.delete(&m.provider_id).await.unwrap();
+    }
+    assert_eq!(
+        proxy.seen("RunInstances"),
+        20,
+        "recreating cost more than one RunInstances each"
+    );
+    assert_eq!(proxy.replayed() + proxy.mismatched(), 0);
+    assert!(live(&p).await.is_empty());
+}
+
+// ComposerSettings is becoming #[non_exhaustive]: a struct literal would not
+// compile outside machine-core, so fields are set on the default.
+#[allow(clippy::field_reassign_with_default)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teardown_after_an_injected_duplicate_leaves_nothing_live() {
+    let moto = Moto::start();
+    let owner = common::owner("dup");
+    let p = Arc::new(common::provider(&moto.endpoint, &owner).await);
+    let mut settings = ComposerSettings::default();
+    settings.poll_interval = Duration::from_millis(200);
+    let composer = Composer::builder(p.clone())
+        .settings(settings)
+        .build()
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let spec = common::spec("dup-1").with_label("set", "dup");
+    let made = composer.provision(&spec, &cancel).await.unwrap();
+
+    // A duplicate from outside (an older controller, a console click) with the tags.
+    let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
+    common::sdk(&moto.endpoint)
+        .await
+        .run_instances()
+        .image_id(common::AMI)
+        .instance_type(InstanceType::T3Micro)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(tag("Name", "dup-1"))
+                .tags(tag(MANAGED_TAG, "true"))
+                .tags(tag(OWNER_TAG, &owner))
+                .tags(tag("machine-provisioning/label/set", "dup"))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live(&p).await.len(), 2);
+
+    // find and list say so instead of hiding it.
+    let found = p.find(&spec.name).await.unwrap().unwrap();
+    assert_eq!(
+        found.provider_id, made.machine.provider_id,
+        "not the oldest"
+    );
+    let dup = found
+        .condition(C::DUPLICATES)
+        .expect("Duplicates condition");
+    assert!(dup.status, "{dup:?}");
+    assert_eq!(dup.reason, C::DUPLICATES_FOUND);
+    let listed = p
+        .list(&Labels::from([("set".into(), "dup".into())]))
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(
+        listed
+            .iter()
+            .all(|m| m.condition(C::DUPLICATES).is_some_and(|c| c.status))
+    );
+
+    composer.deprovision(&spec.name, &cancel).await.unwrap();
+    assert_eq!(live(&p).await, Vec::new(), "an instance of the name leaked");
+}
+
+// ComposerSettings is becoming #[non_exhaustive]: a struct literal would not
+// compile outside machine-core, so fields are set on the default.
+#[allow(clippy::field_reassign_with_default)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_shares_its_name_lookups() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 13).await;
+    let owner = common::owner("shared");
+    let p = Arc::new(common::provider(&proxy.endpoint, &owner).await);
+    let mut settings = ComposerSettings::default();
+    settings.poll_interval = Duration::from_millis(200);
+    let composer = Composer::builder(p.clone())
+        .settings(settings)
+        .build()
+        .unwrap();
+    let count = 48;
+    let specs: Vec<_> = (0..count)
+        .map(|i| common::spec(&format!("shared-{i:02}")))
+        .collect();
+    let cancel = CancellationToken::new();
+    let width = std::num::NonZeroUsize::new(16).unwrap();
+    for r in composer
+        .provision_fleet(&specs, width, &cancel)
+        .await
+        .unwrap()
+    {
+        r.outcome.unwrap_or_else(|e| panic!("{}: {e}", r.name));
+    }
+    let names: Vec<_> = specs.iter().map(|s| s.name.clone()).collect();
+    for (name, r) in composer.deprovision_fleet(&names, width, &cancel).await {
+        r.unwrap_or_else(|e| panic!("deprovision {name}: {e}"));
+    }
+    assert!(live(&p).await.is_empty());
+    // Each machine looks its name up five times (find and create, the race check,
+    // find and delete at teardown): one listing serves all that ask meanwhile.
+    let per_machine = proxy.filtered_describes() as f64 / count as f64;
+    eprintln!(
+        "per machine: {per_machine:.2} tag-filtered DescribeInstances, {:.2} by id, \
+         {:.2} GetConsoleOutput, {:.2} TerminateInstances",
+        (proxy.seen("DescribeInstances") as f64 - proxy.filtered_describes() as f64) / count as f64,
+        proxy.seen("GetConsoleOutput") as f64 / count as f64,
+        proxy.seen("TerminateInstances") as f64 / count as f64,
+    );
+    assert!(
+        per_machine <= 2.0,
+        "{per_machine:.2} tag-filtered DescribeInstances per machine"
+    );
+    assert_eq!(proxy.seen("RunInstances"), count);
+    assert_eq!(proxy.seen("TerminateInstances"), count);
+}
