@@ -1,0 +1,164 @@
+//! The plan of a layer: what its recipes ask for, gathered by kind in the order
+//! cloud-init applies the kinds, and rendered from there to either path.
+//!
+//! Order on both paths (cloud-init's stages): host name and time zone; groups, then
+//! accounts; packages (one `apt-get update` and one `install`); files (cloud-init's
+//! deferred `write_files`, in the final stage after packages); then every command
+//! (`runcmd`, the last thing cloud-init runs), in recipe order.
+
+use bootstrap_cloudinit::{CloudConfig, Command, Content, UserEntry, WriteFile};
+use machine_core::steps::Step;
+use machine_core::{Error, Result};
+
+use crate::account::Account;
+use crate::packages::{Package, apt_script};
+use crate::shell::{digest, q};
+use crate::system::{Hostname, Timezone};
+
+/// A file some recipe writes.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct PlannedFile {
+    pub path: String,
+    pub content: Vec<u8>,
+    pub mode: u32,
+    pub owner: Option<String>,
+}
+
+/// Everything a layer's recipes ask for, by kind.
+#[derive(Clone, Default)]
+pub(crate) struct Plan {
+    pub hostname: Option<String>,
+    pub timezone: Option<String>,
+    pub groups: Vec<String>,
+    pub accounts: Vec<Account>,
+    pub packages: Vec<Package>,
+    pub files: Vec<PlannedFile>,
+    /// Shell snippets, run with `sh -e` on both paths.
+    pub commands: Vec<String>,
+}
+
+impl Plan {
+    /// Adds a file; a second file at the same path is refused, naming `field`.
+    pub fn add_file(&mut self, file: PlannedFile, field: &str) -> Result<()> {
+        if self.files.iter().any(|f| f.path == file.path) {
+            return Err(Error::invalid_spec(
+                field,
+                format!("{} is written by two recipes of the layer", file.path),
+            ));
+        }
+        self.files.push(file);
+        Ok(())
+    }
+
+    /// Sets a single-valued setting once per layer.
+    pub fn set_once(slot: &mut Option<String>, value: &str, field: &str, what: &str) -> Result<()> {
+        if slot.is_some() {
+            return Err(Error::invalid_spec(
+                field,
+                format!("a layer has one {what}; another recipe already sets it"),
+            ));
+        }
+        *slot = Some(value.to_owned());
+        Ok(())
+    }
+
+    /// The cloud-config of the coupled path.
+    pub fn cloud_config(&self) -> CloudConfig {
+        let mut c = CloudConfig::new();
+        c.hostname = self.hostname.clone();
+        c.timezone = self.timezone.clone();
+        if !self.groups.is_empty() {
+            c.extra.insert(
+                "groups".into(),
+                serde_json::Value::Array(
+                    self.groups
+                        .iter()
+                        .map(|g| serde_json::Value::String(g.clone()))
+                        .collect(),
+                ),
+            );
+        }
+        c.users = self
+            .accounts
+            .iter()
+            .map(|a| UserEntry::User(a.cloud_user()))
+            .collect();
+        c.packages = self.packages.iter().map(Package::spec).collect();
+        c.write_files = self
+            .files
+            .iter()
+            .map(|f| {
+                let w = WriteFile::new(f.path.clone(), Content::Bytes(f.content.clone()))
+                    .permissions(format!("{:04o}", f.mode))
+                    .deferred();
+                match &f.owner {
+                    Some(o) => w.owner(o.clone()),
+                    None => w,
+                }
+            })
+            .collect();
+        // runcmd lines share one script without `set -e`: each snippet runs in its own
+        // `sh -e` and a failure stops the script, as a failed step stops the layer.
+        c.runcmd = self
+            .commands
+            .iter()
+            .map(|s| Command::Shell(format!("{} || exit 1", run(s))))
+            .collect();
+        c
+    }
+
+    /// The steps of the decoupled path.
+    pub fn steps(&self) -> Vec<Step> {
+        let mut steps = Vec::with_capacity(
+            4 + self.groups.len()
+                + self.accounts.len()
+                + 2 * self.files.len()
+                + self.commands.len(),
+        );
+        if let Some(h) = &self.hostname {
+            steps.push(Step::run(run(&Hostname::script(h))));
+        }
+        if let Some(z) = &self.timezone {
+            steps.push(Step::run(run(&Timezone::script(z))));
+        }
+        for g in &self.groups {
+            let g = q(g);
+            steps.push(Step::run(format!(
+                "getent group {g} >/dev/null || groupadd {g}"
+            )));
+        }
+        for a in &self.accounts {
+            steps.push(Step::run(run(&a.script())));
+        }
+        if !self.packages.is_empty() {
+            steps.push(Step::run(run(&apt_script(&self.packages))));
+        }
+        for f in &self.files {
+            steps.push(Step::write_file_mode(
+                f.path.clone(),
+                f.content.clone(),
+                f.mode,
+            ));
+            if let Some(owner) = &f.owner {
+                // The upload replaces the file (root-owned): the digest of everything
+                // about the file makes this step rerun whenever the upload does.
+                let mode = f.mode.to_le_bytes();
+                steps.push(Step::run(format!(
+                    "chown {} {} # file {}",
+                    q(owner),
+                    q(&f.path),
+                    digest(&[&f.content, &mode, owner.as_bytes()])
+                )));
+            }
+        }
+        for c in &self.commands {
+            steps.push(Step::run(run(c)));
+        }
+        steps
+    }
+}
+
+/// `snippet` as one command line run by `sh -e`.
+fn run(snippet: &str) -> String {
+    format!("sh -ec {}", q(snippet))
+}
