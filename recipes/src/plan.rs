@@ -78,11 +78,17 @@ impl Plan {
                 ),
             );
         }
-        c.users = self
-            .accounts
-            .iter()
-            .map(|a| UserEntry::User(a.cloud_user()))
-            .collect();
+        if !self.accounts.is_empty() {
+            // A `users` list without `default` stops cloud-init from creating the image's
+            // default user, which a decoupled machine has: keep it on both paths.
+            c.users = std::iter::once(UserEntry::Default)
+                .chain(
+                    self.accounts
+                        .iter()
+                        .map(|a| UserEntry::User(a.cloud_user())),
+                )
+                .collect();
+        }
         c.packages = self.packages.iter().map(Package::spec).collect();
         c.write_files = self
             .files

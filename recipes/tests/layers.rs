@@ -194,7 +194,12 @@ fn the_coupled_document_passes_the_real_cloud_init_schema() {
     assert_eq!(c.hostname.as_deref(), Some("web-1"));
     assert_eq!(c.timezone.as_deref(), Some("Europe/Paris"));
     assert_eq!(c.packages, ["nginx=1.22.1-9", "curl"]);
-    assert_eq!(c.users.len(), 1);
+    assert_eq!(c.users.len(), 2);
+    assert_eq!(
+        c.users[0],
+        bootstrap_cloudinit::UserEntry::Default,
+        "the image's default user is kept, as on a decoupled machine"
+    );
     assert_eq!(c.extra["groups"], serde_json::json!(["deploy"]));
     let paths: Vec<&str> = c.write_files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(
