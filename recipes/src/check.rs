@@ -136,6 +136,76 @@ pub(crate) fn deb_version(field: &str, s: &str) -> Result<()> {
     }
 }
 
+/// An RPM package name: letters, digits and `._+-`, a letter or digit first.
+pub(crate) fn rpm_package(field: &str, s: &str) -> Result<()> {
+    let ok = s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && s.len() <= 128
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_spec(
+            field,
+            format!(
+                "{s:?} is not an RPM package name (letters, digits, '._+-'; a letter or digit first)"
+            ),
+        ))
+    }
+}
+
+/// An RPM version: `[epoch:]version[-release]` of letters, digits and `._+~^:-`.
+pub(crate) fn rpm_version(field: &str, s: &str) -> Result<()> {
+    let ok = s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && s.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '~' | '^' | ':' | '-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_spec(
+            field,
+            format!("{s:?} is not an RPM version (letters, digits, '._+~^:-')"),
+        ))
+    }
+}
+
+/// An Alpine package name: lower-case letters, digits and `._+-`, a letter or digit first.
+pub(crate) fn apk_package(field: &str, s: &str) -> Result<()> {
+    let ok = s
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '+' | '-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_spec(
+            field,
+            format!(
+                "{s:?} is not an Alpine package name (a-z, 0-9, '._+-'; a letter or digit first)"
+            ),
+        ))
+    }
+}
+
+/// An Alpine version such as `1.36.1-r2`: a digit first, then letters, digits, `._-`.
+pub(crate) fn apk_version(field: &str, s: &str) -> Result<()> {
+    let ok = s.chars().next().is_some_and(|c| c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_spec(
+            field,
+            format!("{s:?} is not an Alpine version such as 1.36.1-r2"),
+        ))
+    }
+}
+
 /// Unit types systemd knows.
 const UNIT_SUFFIXES: &[&str] = &[
     "service",

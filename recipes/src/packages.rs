@@ -6,12 +6,61 @@ use crate::check;
 use crate::plan::Plan;
 use crate::shell::q;
 
-/// The package manager family a [`Packages`] recipe is for.
+/// The package manager family a [`Packages`] recipe is for. The coupled path hands the
+/// list to cloud-init, which runs the image's package manager; the family says how a
+/// pinned version is written and which commands the decoupled path runs (the same ones
+/// cloud-init 22.4's distro class for that family runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PackageFamily {
-    /// Debian and Ubuntu: `apt-get`, versions as `name=version`.
+    /// Debian and Ubuntu: `apt-get`, pinned as `name=version`, installed state from
+    /// `dpkg-query`.
     Apt,
+    /// Fedora, RHEL and derivatives: `dnf` (or `yum -t` where dnf is missing), pinned as
+    /// `name-version`, installed state from `rpm -q`.
+    Dnf,
+    /// openSUSE and SLES: `zypper --non-interactive`, pinned as `name=version`,
+    /// installed state from `rpm -q`.
+    Zypper,
+    /// Alpine: `apk --quiet`, pinned as `name=version`, installed state from `apk info`.
+    Apk,
+}
+
+impl PackageFamily {
+    /// The lower-case name used in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            PackageFamily::Apt => "apt",
+            PackageFamily::Dnf => "dnf",
+            PackageFamily::Zypper => "zypper",
+            PackageFamily::Apk => "apk",
+        }
+    }
+
+    /// `package` as this family's package manager takes it.
+    pub fn spec(self, package: &Package) -> String {
+        match (&package.version, self) {
+            (None, _) => package.name.clone(),
+            (Some(v), PackageFamily::Dnf) => format!("{}-{v}", package.name),
+            (Some(v), _) => format!("{}={v}", package.name),
+        }
+    }
+
+    fn check_name(self, field: &str, name: &str) -> Result<()> {
+        match self {
+            PackageFamily::Apt => check::deb_package(field, name),
+            PackageFamily::Dnf | PackageFamily::Zypper => check::rpm_package(field, name),
+            PackageFamily::Apk => check::apk_package(field, name),
+        }
+    }
+
+    fn check_version(self, field: &str, version: &str) -> Result<()> {
+        match self {
+            PackageFamily::Apt => check::deb_version(field, version),
+            PackageFamily::Dnf | PackageFamily::Zypper => check::rpm_version(field, version),
+            PackageFamily::Apk => check::apk_version(field, version),
+        }
+    }
 }
 
 /// One package, pinned to a version when `version` is given.
@@ -39,32 +88,30 @@ impl Package {
             version: Some(version.into()),
         }
     }
-
-    /// `name` or `name=version`, as cloud-init and apt-get take it.
-    pub fn spec(&self) -> String {
-        match &self.version {
-            Some(v) => format!("{}={v}", self.name),
-            None => self.name.clone(),
-        }
-    }
 }
 
-/// Packages to install.
+/// Packages to install, for one package manager family.
 ///
-/// - Coupled: cloud-init's `packages` module, which runs (once per instance, as root,
+/// - Apt (others below) coupled: cloud-init's `packages` module, which runs (once per instance, as root,
 ///   with `DEBIAN_FRONTEND=noninteractive`, through `eatmydata` when installed)
 ///   `apt-get --option=Dpkg::Options::=--force-confold
 ///   --option=Dpkg::options::=--force-unsafe-io --assume-yes --quiet update`, then the
 ///   same with `install <name[=version]>...`. Decoupled: exactly those two commands, so
 ///   the package manager sees the same invocations. All package recipes of a layer are
 ///   installed by one `install`, as cloud-init merges them into one list.
+/// - Dnf: `dnf -y makecache`, then `dnf -y install <name[-version]>...` (`yum -t -y`
+///   where dnf is missing); Zypper: `zypper --non-interactive refresh`, then
+///   `zypper --non-interactive install --auto-agree-with-licenses <name[=version]>...`;
+///   Apk: `apk --quiet update`, then `apk --quiet add <name[=version]>...`. Each is the
+///   command line cloud-init 22.4's distro class runs (a test asks cloud-init's own code).
+///   A layer holds packages of one family only, as one machine has one package manager.
 /// - Rerun (decoupled): nothing is run when every package is installed (`dpkg-query`
 ///   status `ii`) at its pinned version; otherwise both commands run again. Never
 ///   removes or downgrades anything else.
 /// - Refuses: a name that is not a Debian package name (shell metacharacters never
 ///   reach a command line), a version that is not a Debian version, a package listed
-///   twice in a layer. On a machine without `apt-get`, the decoupled step fails with
-///   that message.
+///   twice in a layer, a second family in a layer. On a machine without the family's
+///   package manager, the decoupled step fails saying so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Packages {
     /// The package manager family.
@@ -85,20 +132,58 @@ impl Packages {
         }
     }
 
+    /// Fedora/RHEL-family packages (dnf or yum).
+    pub fn dnf(packages: impl IntoIterator<Item = Package>) -> Self {
+        Packages {
+            family: PackageFamily::Dnf,
+            packages: packages.into_iter().collect(),
+        }
+    }
+
+    /// openSUSE/SLES packages (zypper).
+    pub fn zypper(packages: impl IntoIterator<Item = Package>) -> Self {
+        Packages {
+            family: PackageFamily::Zypper,
+            packages: packages.into_iter().collect(),
+        }
+    }
+
+    /// Alpine packages (apk).
+    pub fn apk(packages: impl IntoIterator<Item = Package>) -> Self {
+        Packages {
+            family: PackageFamily::Apk,
+            packages: packages.into_iter().collect(),
+        }
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
         if self.packages.is_empty() {
             return Err(Error::invalid_spec("packages", "lists no package"));
         }
         for (i, p) in self.packages.iter().enumerate() {
-            check::deb_package(&format!("packages[{i}].name"), &p.name)?;
+            self.family
+                .check_name(&format!("packages[{i}].name"), &p.name)?;
             if let Some(v) = &p.version {
-                check::deb_version(&format!("packages[{i}].version"), v)?;
+                self.family
+                    .check_version(&format!("packages[{i}].version"), v)?;
             }
         }
         Ok(())
     }
 
     pub(crate) fn plan(&self, plan: &mut Plan, field: &str) -> Result<()> {
+        match plan.package_family {
+            Some(f) if f != self.family => {
+                return Err(Error::invalid_spec(
+                    format!("{field}.family"),
+                    format!(
+                        "the layer already installs {} packages; one machine has one package manager",
+                        f.name()
+                    ),
+                ));
+            }
+            _ => plan.package_family = Some(self.family),
+        }
         for (i, p) in self.packages.iter().enumerate() {
             if plan.packages.iter().any(|o| o.name == p.name) {
                 return Err(Error::invalid_spec(
@@ -112,11 +197,49 @@ impl Packages {
     }
 }
 
-/// The decoupled apt step for `packages` (all of a layer's, in order).
-pub(crate) fn apt_script(packages: &[Package]) -> String {
+/// The decoupled step installing `packages` (all of a layer's, in order) with `family`.
+pub(crate) fn install_script(family: PackageFamily, packages: &[Package]) -> String {
+    let specs: Vec<String> = packages.iter().map(|p| q(&family.spec(p))).collect();
+    let specs = specs.join(" ");
     let checks: Vec<String> = packages
         .iter()
-        .map(|p| {
+        .map(|p| installed_check(family, p))
+        .collect();
+    let checks = checks.join(" && ");
+    let (tool, body) = match family {
+        PackageFamily::Apt => (
+            "apt-get",
+            format!(
+                "  export DEBIAN_FRONTEND=noninteractive\n  w=; if command -v eatmydata >/dev/null; then w=eatmydata; fi\n  $w {APT_GET} update\n  $w {APT_GET} install {specs}\n"
+            ),
+        ),
+        PackageFamily::Dnf => (
+            "rpm",
+            format!(
+                "  if command -v dnf >/dev/null; then pm=dnf; elif command -v yum >/dev/null; then pm='yum -t'; else echo 'neither dnf nor yum found' >&2; exit 1; fi\n  $pm -y makecache\n  $pm -y install {specs}\n"
+            ),
+        ),
+        PackageFamily::Zypper => (
+            "zypper",
+            format!(
+                "  zypper --non-interactive refresh\n  zypper --non-interactive install --auto-agree-with-licenses {specs}\n"
+            ),
+        ),
+        PackageFamily::Apk => (
+            "apk",
+            format!("  apk --quiet update\n  apk --quiet add {specs}\n"),
+        ),
+    };
+    format!(
+        "command -v {tool} >/dev/null || {{ echo '{tool} not found: these packages are for the {family} family' >&2; exit 1; }}\nif ! {{ {checks}; }}; then\n{body}fi\n",
+        family = family.name()
+    )
+}
+
+/// A shell test that succeeds when `p` is installed (at its pinned version).
+fn installed_check(family: PackageFamily, p: &Package) -> String {
+    match family {
+        PackageFamily::Apt => {
             let want = match &p.version {
                 Some(v) => format!("grep -qxF {}", q(&format!("ii {v}"))),
                 None => "grep -q '^ii'".to_owned(),
@@ -125,18 +248,23 @@ pub(crate) fn apt_script(packages: &[Package]) -> String {
                 "dpkg-query -W -f='${{db:Status-Abbrev}}${{Version}}\\n' {} 2>/dev/null | {want}",
                 q(&p.name)
             )
-        })
-        .collect();
-    let specs: Vec<String> = packages.iter().map(|p| q(&p.spec())).collect();
-    format!(
-        "command -v apt-get >/dev/null || {{ echo 'apt-get not found: these packages are for the Debian family' >&2; exit 1; }}\n\
-         if ! {{ {checks}; }}; then\n\
-         \x20 export DEBIAN_FRONTEND=noninteractive\n\
-         \x20 w=; if command -v eatmydata >/dev/null; then w=eatmydata; fi\n\
-         \x20 $w {APT_GET} update\n\
-         \x20 $w {APT_GET} install {specs}\n\
-         fi\n",
-        checks = checks.join(" && "),
-        specs = specs.join(" ")
-    )
+        }
+        // rpm -q takes name or name-version[-release].
+        PackageFamily::Dnf | PackageFamily::Zypper => {
+            let what = match &p.version {
+                Some(v) => format!("{}-{v}", p.name),
+                None => p.name.clone(),
+            };
+            format!("rpm -q --quiet {}", q(&what))
+        }
+        // `apk info -e -v name` prints name-version when installed.
+        PackageFamily::Apk => match &p.version {
+            Some(v) => format!(
+                "apk info -e -v {} 2>/dev/null | grep -qxF {}",
+                q(&p.name),
+                q(&format!("{}-{v}", p.name))
+            ),
+            None => format!("apk info -e {} >/dev/null 2>&1", q(&p.name)),
+        },
+    }
 }

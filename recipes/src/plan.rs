@@ -11,7 +11,7 @@ use machine_core::steps::Step;
 use machine_core::{Error, Result};
 
 use crate::account::Account;
-use crate::packages::{Package, apt_script};
+use crate::packages::{Package, PackageFamily, install_script};
 use crate::shell::{digest, q};
 use crate::system::{Hostname, Timezone};
 
@@ -32,6 +32,8 @@ pub(crate) struct Plan {
     pub groups: Vec<String>,
     pub accounts: Vec<Account>,
     pub packages: Vec<Package>,
+    /// The family of every package of the layer.
+    pub package_family: Option<PackageFamily>,
     pub files: Vec<PlannedFile>,
     /// Shell snippets, run with `sh -e` on both paths.
     pub commands: Vec<String>,
@@ -89,7 +91,8 @@ impl Plan {
                 )
                 .collect();
         }
-        c.packages = self.packages.iter().map(Package::spec).collect();
+        let family = self.package_family.unwrap_or(PackageFamily::Apt);
+        c.packages = self.packages.iter().map(|p| family.spec(p)).collect();
         c.write_files = self
             .files
             .iter()
@@ -136,8 +139,8 @@ impl Plan {
         for a in &self.accounts {
             steps.push(Step::run(run(&a.script())));
         }
-        if !self.packages.is_empty() {
-            steps.push(Step::run(run(&apt_script(&self.packages))));
+        if let Some(family) = self.package_family {
+            steps.push(Step::run(run(&install_script(family, &self.packages))));
         }
         for f in &self.files {
             steps.push(Step::write_file_mode(
