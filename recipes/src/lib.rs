@@ -22,6 +22,7 @@
 
 mod account;
 mod check;
+mod containerd;
 mod files;
 mod layer;
 mod packages;
@@ -32,6 +33,7 @@ mod system;
 mod systemd;
 
 pub use account::{Account, Group, SUDO_ALL_NOPASSWD};
+pub use containerd::{CONTAINERD_CONFIG, Containerd};
 pub use files::{Directory, File, LineInFile};
 pub use layer::RecipeLayer;
 pub use packages::{APT_GET, Package, PackageFamily, Packages};

@@ -3,6 +3,7 @@
 use machine_core::Result;
 
 use crate::account::{Account, Group};
+use crate::containerd::Containerd;
 use crate::files::{Directory, File, LineInFile};
 use crate::packages::Packages;
 use crate::plan::Plan;
@@ -39,6 +40,8 @@ pub enum Recipe {
     KernelModules(KernelModules),
     /// Swap off.
     SwapOff(SwapOff),
+    /// containerd with the systemd cgroup driver.
+    Containerd(Containerd),
 }
 
 impl Recipe {
@@ -58,6 +61,7 @@ impl Recipe {
             Recipe::Sysctl(r) => r.check(),
             Recipe::KernelModules(r) => r.check(),
             Recipe::SwapOff(_) => Ok(()),
+            Recipe::Containerd(r) => r.check(),
         }
     }
 
@@ -86,6 +90,7 @@ impl Recipe {
             Recipe::Sysctl(r) => r.plan(plan, field)?,
             Recipe::KernelModules(r) => r.plan(plan, field)?,
             Recipe::SwapOff(r) => r.plan(plan),
+            Recipe::Containerd(r) => r.plan(plan, field)?,
         }
         Ok(())
     }
@@ -113,5 +118,6 @@ from_kind!(
     Timezone,
     Sysctl,
     KernelModules,
-    SwapOff
+    SwapOff,
+    Containerd
 );

@@ -5,8 +5,8 @@
 use std::io::Write;
 
 use recipes::{
-    Account, Directory, DropIn, File, Group, Hostname, KernelModules, LineInFile, Package,
-    Packages, Recipe, RecipeLayer, SwapOff, Sysctl, SystemdUnit, Timezone,
+    Account, Containerd, Directory, DropIn, File, Group, Hostname, KernelModules, LineInFile,
+    Package, PackageFamily, Packages, Recipe, RecipeLayer, SwapOff, Sysctl, SystemdUnit, Timezone,
 };
 
 const KEY: &str =
@@ -36,6 +36,9 @@ fn full() -> Vec<Recipe> {
         Sysctl::new("90-app", [("net.ipv4.ip_forward", "1")]).into(),
         KernelModules::new("app", ["overlay", "br_netfilter"]).into(),
         SwapOff.into(),
+        Containerd::new(PackageFamily::Apt)
+            .with_sandbox_image("registry.k8s.io/pause:3.9")
+            .into(),
     ]
 }
 
@@ -193,7 +196,7 @@ fn the_coupled_document_passes_the_real_cloud_init_schema() {
     let c = layer.cloud_config();
     assert_eq!(c.hostname.as_deref(), Some("web-1"));
     assert_eq!(c.timezone.as_deref(), Some("Europe/Paris"));
-    assert_eq!(c.packages, ["nginx=1.22.1-9", "curl"]);
+    assert_eq!(c.packages, ["nginx=1.22.1-9", "curl", "containerd"]);
     assert_eq!(c.users.len(), 2);
     assert_eq!(
         c.users[0],
@@ -211,6 +214,9 @@ fn the_coupled_document_passes_the_real_cloud_init_schema() {
             "/etc/systemd/system/app.service.d/limits.conf",
             "/etc/sysctl.d/90-app.conf",
             "/etc/modules-load.d/app.conf",
+            "/etc/modules-load.d/containerd.conf",
+            "/etc/sysctl.d/99-kubernetes-cri.conf",
+            "/etc/containerd/config.toml",
         ]
     );
     assert!(
@@ -260,7 +266,7 @@ fn decoupled_steps_follow_cloud_inits_order_and_share_its_commands() {
     let expected: Vec<String> = ["$w"]
         .into_iter()
         .chain(recipes::APT_GET.split(' '))
-        .chain(["install", "nginx=1.22.1-9", "curl"])
+        .chain(["install", "nginx=1.22.1-9", "curl", "containerd"])
         .map(String::from)
         .collect();
     assert_eq!(words, expected);
@@ -308,4 +314,70 @@ fn debug_never_shows_file_content() {
     let shown = format!("{layer:?}");
     assert!(!shown.contains("s3cr3t"), "{shown}");
     assert!(shown.contains("/etc/token"), "{shown}");
+}
+
+#[test]
+fn containerd_uses_the_systemd_cgroup_driver_and_restarts_only_when_its_config_changes() {
+    let layer = |image: &str| {
+        RecipeLayer::new(
+            "cri",
+            vec![
+                Containerd::new(PackageFamily::Apt)
+                    .with_sandbox_image(image)
+                    .into(),
+            ],
+        )
+        .unwrap()
+    };
+    let a = layer("registry.k8s.io/pause:3.9");
+    let c = a.cloud_config();
+    assert_eq!(c.packages, ["containerd"]);
+    let file = |path: &str| {
+        let f = c.write_files.iter().find(|f| f.path == path).expect(path);
+        String::from_utf8(f.content.bytes().to_vec()).unwrap()
+    };
+    let config = file("/etc/containerd/config.toml");
+    assert!(config.contains("version = 2"), "{config}");
+    assert!(
+        config.contains(
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true"
+        ),
+        "{config}"
+    );
+    assert!(config.contains("sandbox_image = \"registry.k8s.io/pause:3.9\""));
+    assert_eq!(
+        file("/etc/modules-load.d/containerd.conf"),
+        "overlay\nbr_netfilter\n"
+    );
+    assert!(
+        file("/etc/sysctl.d/99-kubernetes-cri.conf")
+            .contains("net.bridge.bridge-nf-call-iptables = 1")
+    );
+    // Modules are loaded before the bridge sysctls (which need br_netfilter), and the
+    // restart comes last.
+    let cmds: Vec<String> = c.runcmd.iter().map(|c| format!("{c:?}")).collect();
+    assert_eq!(cmds.len(), 3, "{cmds:?}");
+    assert!(
+        cmds[0].contains("modprobe")
+            && cmds[1].contains("sysctl")
+            && cmds[2].contains("restart containerd")
+    );
+    // Another config: only the config upload and the restart differ.
+    let b = layer("registry.k8s.io/pause:3.10");
+    let (sa, sb) = (a.steps(), b.steps());
+    let differ: Vec<usize> = (0..sa.len()).filter(|&i| sa[i] != sb[i]).collect();
+    assert_eq!(differ.len(), 2, "{differ:?}");
+    assert!(
+        matches!(&sb[differ[1]], machine_core::steps::Step::Run { command } if command.contains("restart containerd"))
+    );
+    let e = RecipeLayer::new(
+        "cri",
+        vec![
+            Containerd::new(PackageFamily::Apt)
+                .with_sandbox_image("x\" evil")
+                .into(),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(e.field(), Some("layer cri.recipes[0].sandbox_image"));
 }
