@@ -71,6 +71,7 @@ impl RecipeLayer {
                 .plan(&mut plan, &field)
                 .map_err(|e| e.within(&within))?;
         }
+        plan.seal();
         Ok(RecipeLayer {
             name,
             recipes,

@@ -35,7 +35,7 @@ pub(crate) struct Plan {
     /// The family of every package of the layer.
     pub package_family: Option<PackageFamily>,
     pub files: Vec<PlannedFile>,
-    /// Shell snippets, run with `sh -e` on both paths.
+    /// Shell snippets, run with `sh -e` on both paths; [`Plan::seal`] wraps them.
     pub commands: Vec<String>,
 }
 
@@ -62,6 +62,14 @@ impl Plan {
         }
         *slot = Some(value.to_owned());
         Ok(())
+    }
+
+    /// Wraps every command as its `sh -ec` line once, when the recipes are all planned:
+    /// both paths use the same lines.
+    pub fn seal(&mut self) {
+        for c in &mut self.commands {
+            *c = run(c);
+        }
     }
 
     /// The cloud-config of the coupled path.
@@ -111,7 +119,7 @@ impl Plan {
         c.runcmd = self
             .commands
             .iter()
-            .map(|s| Command::Shell(format!("{} || exit 1", run(s))))
+            .map(|s| Command::Shell(format!("{s} || exit 1")))
             .collect();
         c
     }
@@ -161,7 +169,7 @@ impl Plan {
             }
         }
         for c in &self.commands {
-            steps.push(Step::run(run(c)));
+            steps.push(Step::run(c.clone()));
         }
         steps
     }
