@@ -36,7 +36,7 @@ pub use account::{Account, Group, SUDO_ALL_NOPASSWD};
 pub use containerd::{CONTAINERD_CONFIG, Containerd};
 pub use files::{Directory, File, LineInFile};
 pub use layer::RecipeLayer;
-pub use packages::{APT_GET, Package, PackageFamily, Packages};
+pub use packages::{APT_GET, APT_KEYRINGS, AptRepository, Package, PackageFamily, Packages};
 pub use recipe::Recipe;
 pub use system::{Hostname, KernelModules, SwapOff, Sysctl, Timezone};
 pub use systemd::{DropIn, SystemdUnit, UNIT_DIR};

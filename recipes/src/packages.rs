@@ -268,3 +268,149 @@ fn installed_check(family: PackageFamily, p: &Package) -> String {
         },
     }
 }
+
+/// Where [`AptRepository`] puts signing keys.
+pub const APT_KEYRINGS: &str = "/etc/apt/keyrings";
+
+/// An apt repository and the key its packages are signed with, as Debian 12 and
+/// Ubuntu 22.04 recommend: the ASCII-armored key in `/etc/apt/keyrings/<name>.asc` and a
+/// one-line source `/etc/apt/sources.list.d/<name>.list` with `signed-by=` that key, so
+/// the key is trusted for this repository only. No `gpg` is needed on the machine.
+///
+/// - Both files are written before packages are installed: cloud-init's init-stage
+///   `write_files` coupled (root, 0644), the first steps decoupled. The next `apt-get
+///   update` of a [`Packages`] recipe reads them.
+/// - Rerun: the files are written again only when they changed.
+/// - Refuses: a name that is not a plain file name, a URI that is not http(s) or has
+///   spaces, a suite or component with spaces or shell characters, a key that is not an
+///   armored OpenPGP public key block.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AptRepository {
+    /// The file stem for the source and the key, such as `docker`.
+    pub name: String,
+    /// The archive URI, such as `https://download.docker.com/linux/debian`.
+    pub uri: String,
+    /// The suite (`bookworm`), or an exact path ending in `/` for a flat repository.
+    pub suite: String,
+    /// Components (`stable`); empty for a flat repository.
+    pub components: Vec<String>,
+    /// The ASCII-armored public key (`-----BEGIN PGP PUBLIC KEY BLOCK-----`).
+    pub key: String,
+}
+
+impl std::fmt::Debug for AptRepository {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is public but long: its size is enough to tell keys apart in logs.
+        f.debug_struct("AptRepository")
+            .field("name", &self.name)
+            .field("uri", &self.uri)
+            .field("suite", &self.suite)
+            .field("components", &self.components)
+            .field("key", &format_args!("{} bytes", self.key.len()))
+            .finish()
+    }
+}
+
+impl AptRepository {
+    /// A repository `name` at `uri` for `suite` and `components`, signed by `key`.
+    pub fn new(
+        name: impl Into<String>,
+        uri: impl Into<String>,
+        suite: impl Into<String>,
+        components: impl IntoIterator<Item = impl Into<String>>,
+        key: impl Into<String>,
+    ) -> Self {
+        AptRepository {
+            name: name.into(),
+            uri: uri.into(),
+            suite: suite.into(),
+            components: components.into_iter().map(Into::into).collect(),
+            key: key.into(),
+        }
+    }
+
+    /// The path of the key.
+    pub fn key_path(&self) -> String {
+        format!("{APT_KEYRINGS}/{}.asc", self.name)
+    }
+
+    /// The source line.
+    pub fn source_line(&self) -> String {
+        let mut line = format!(
+            "deb [signed-by={}] {} {}",
+            self.key_path(),
+            self.uri,
+            self.suite
+        );
+        for c in &self.components {
+            line.push(' ');
+            line.push_str(c);
+        }
+        line.push('\n');
+        line
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        check::plain_name("name", &self.name)?;
+        let word = |c: char| c.is_ascii_alphanumeric() || "-._~/:%+@".contains(c);
+        if !(self.uri.starts_with("http://") || self.uri.starts_with("https://"))
+            || !self.uri.chars().all(word)
+        {
+            return Err(Error::invalid_spec(
+                "uri",
+                format!("{:?} is not an http(s) URI without spaces", self.uri),
+            ));
+        }
+        if self.suite.is_empty() || !self.suite.chars().all(word) {
+            return Err(Error::invalid_spec(
+                "suite",
+                format!("{:?} is not a suite name", self.suite),
+            ));
+        }
+        for (i, c) in self.components.iter().enumerate() {
+            if c.is_empty() || !c.chars().all(word) {
+                return Err(Error::invalid_spec(
+                    format!("components[{i}]"),
+                    format!("{c:?} is not a component name"),
+                ));
+            }
+        }
+        if !self
+            .key
+            .trim_start()
+            .starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+            || !self.key.contains("-----END PGP PUBLIC KEY BLOCK-----")
+        {
+            return Err(Error::invalid_spec(
+                "key",
+                "is not an ASCII-armored OpenPGP public key block",
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn plan(&self, plan: &mut Plan, field: &str) -> Result<()> {
+        let mut key = self.key.clone();
+        if !key.ends_with('\n') {
+            key.push('\n');
+        }
+        plan.add_early_file(
+            crate::plan::PlannedFile {
+                path: self.key_path(),
+                content: key.into_bytes(),
+                mode: 0o644,
+                owner: None,
+            },
+            &format!("{field}.name"),
+        )?;
+        plan.add_early_file(
+            crate::plan::PlannedFile {
+                path: format!("/etc/apt/sources.list.d/{}.list", self.name),
+                content: self.source_line().into_bytes(),
+                mode: 0o644,
+                owner: None,
+            },
+            &format!("{field}.name"),
+        )
+    }
+}

@@ -1,7 +1,8 @@
 //! The plan of a layer: what its recipes ask for, gathered by kind in the order
 //! cloud-init applies the kinds, and rendered from there to either path.
 //!
-//! Order on both paths (cloud-init's stages): host name and time zone; groups, then
+//! Order on both paths (cloud-init's stages): repository files (init-stage
+//! `write_files`); host name and time zone; groups, then
 //! accounts; packages (one `apt-get update` and one `install`); files (cloud-init's
 //! deferred `write_files`, in the final stage after packages); then every command
 //! (`runcmd`, the last thing cloud-init runs), in recipe order.
@@ -35,6 +36,9 @@ pub(crate) struct Plan {
     /// The family of every package of the layer.
     pub package_family: Option<PackageFamily>,
     pub files: Vec<PlannedFile>,
+    /// Root-owned files needed before packages are installed (repositories and their
+    /// keys): cloud-init's init-stage `write_files` coupled, the first steps decoupled.
+    pub early_files: Vec<PlannedFile>,
     /// Shell snippets, run with `sh -e` on both paths; [`Plan::seal`] wraps them.
     pub commands: Vec<String>,
 }
@@ -42,13 +46,30 @@ pub(crate) struct Plan {
 impl Plan {
     /// Adds a file; a second file at the same path is refused, naming `field`.
     pub fn add_file(&mut self, file: PlannedFile, field: &str) -> Result<()> {
-        if self.files.iter().any(|f| f.path == file.path) {
+        self.check_new_path(&file.path, field)?;
+        self.files.push(file);
+        Ok(())
+    }
+
+    /// Adds a file written before packages are installed.
+    pub fn add_early_file(&mut self, file: PlannedFile, field: &str) -> Result<()> {
+        self.check_new_path(&file.path, field)?;
+        self.early_files.push(file);
+        Ok(())
+    }
+
+    fn check_new_path(&self, path: &str, field: &str) -> Result<()> {
+        if self
+            .files
+            .iter()
+            .chain(&self.early_files)
+            .any(|f| f.path == path)
+        {
             return Err(Error::invalid_spec(
                 field,
-                format!("{} is written by two recipes of the layer", file.path),
+                format!("{path} is written by two recipes of the layer"),
             ));
         }
-        self.files.push(file);
         Ok(())
     }
 
@@ -102,18 +123,22 @@ impl Plan {
         let family = self.package_family.unwrap_or(PackageFamily::Apt);
         c.packages = self.packages.iter().map(|p| family.spec(p)).collect();
         c.write_files = self
-            .files
+            .early_files
             .iter()
             .map(|f| {
-                let w = WriteFile::new(f.path.clone(), Content::Bytes(f.content.clone()))
+                WriteFile::new(f.path.clone(), Content::Bytes(f.content.clone()))
                     .permissions(format!("{:04o}", f.mode))
-                    .deferred();
-                match &f.owner {
-                    Some(o) => w.owner(o.clone()),
-                    None => w,
-                }
             })
             .collect();
+        c.write_files.extend(self.files.iter().map(|f| {
+            let w = WriteFile::new(f.path.clone(), Content::Bytes(f.content.clone()))
+                .permissions(format!("{:04o}", f.mode))
+                .deferred();
+            match &f.owner {
+                Some(o) => w.owner(o.clone()),
+                None => w,
+            }
+        }));
         // runcmd lines share one script without `set -e`: each snippet runs in its own
         // `sh -e` and a failure stops the script, as a failed step stops the layer.
         c.runcmd = self
@@ -132,6 +157,13 @@ impl Plan {
                 + 2 * self.files.len()
                 + self.commands.len(),
         );
+        for f in &self.early_files {
+            steps.push(Step::write_file_mode(
+                f.path.clone(),
+                f.content.clone(),
+                f.mode,
+            ));
+        }
         if let Some(h) = &self.hostname {
             steps.push(Step::run(run(&Hostname::script(h))));
         }

@@ -5,7 +5,7 @@ use machine_core::Result;
 use crate::account::{Account, Group};
 use crate::containerd::Containerd;
 use crate::files::{Directory, File, LineInFile};
-use crate::packages::Packages;
+use crate::packages::{AptRepository, Packages};
 use crate::plan::Plan;
 use crate::system::{Hostname, KernelModules, SwapOff, Sysctl, Timezone};
 use crate::systemd::SystemdUnit;
@@ -28,6 +28,8 @@ pub enum Recipe {
     LineInFile(LineInFile),
     /// Packages.
     Packages(Packages),
+    /// An apt repository and its signing key.
+    AptRepository(AptRepository),
     /// A systemd unit and its drop-ins.
     SystemdUnit(SystemdUnit),
     /// The host name.
@@ -55,6 +57,7 @@ impl Recipe {
             Recipe::Directory(r) => r.check(),
             Recipe::LineInFile(r) => r.check(),
             Recipe::Packages(r) => r.check(),
+            Recipe::AptRepository(r) => r.check(),
             Recipe::SystemdUnit(r) => r.check(),
             Recipe::Hostname(r) => r.check(),
             Recipe::Timezone(r) => r.check(),
@@ -74,6 +77,7 @@ impl Recipe {
             Recipe::Directory(r) => r.plan(plan),
             Recipe::LineInFile(r) => r.plan(plan),
             Recipe::Packages(r) => r.plan(plan, field)?,
+            Recipe::AptRepository(r) => r.plan(plan, field)?,
             Recipe::SystemdUnit(r) => r.plan(plan, field)?,
             Recipe::Hostname(r) => Plan::set_once(
                 &mut plan.hostname,
@@ -113,6 +117,7 @@ from_kind!(
     Directory,
     LineInFile,
     Packages,
+    AptRepository,
     SystemdUnit,
     Hostname,
     Timezone,

@@ -5,8 +5,9 @@
 use std::io::Write;
 
 use recipes::{
-    Account, Containerd, Directory, DropIn, File, Group, Hostname, KernelModules, LineInFile,
-    Package, PackageFamily, Packages, Recipe, RecipeLayer, SwapOff, Sysctl, SystemdUnit, Timezone,
+    Account, AptRepository, Containerd, Directory, DropIn, File, Group, Hostname, KernelModules,
+    LineInFile, Package, PackageFamily, Packages, Recipe, RecipeLayer, SwapOff, Sysctl,
+    SystemdUnit, Timezone,
 };
 
 const KEY: &str =
@@ -380,4 +381,83 @@ fn containerd_uses_the_systemd_cgroup_driver_and_restarts_only_when_its_config_c
     )
     .unwrap_err();
     assert_eq!(e.field(), Some("layer cri.recipes[0].sandbox_image"));
+}
+
+const PGP: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZXhhbXBsZQ==\n-----END PGP PUBLIC KEY BLOCK-----\n";
+
+#[test]
+fn an_apt_repository_is_in_place_before_packages_on_both_paths() {
+    let layer = RecipeLayer::new(
+        "repo",
+        vec![
+            Packages::apt([Package::new("docker-ce")]).into(),
+            Account::new("ops").into(),
+            AptRepository::new(
+                "docker",
+                "https://download.docker.com/linux/debian",
+                "bookworm",
+                ["stable"],
+                PGP,
+            )
+            .into(),
+        ],
+    )
+    .unwrap();
+    let c = layer.cloud_config();
+    let first: Vec<(&str, bool)> = c
+        .write_files
+        .iter()
+        .map(|f| (f.path.as_str(), f.defer))
+        .collect();
+    // Not deferred: written in cloud-init's init stage, before the packages module.
+    assert_eq!(
+        first,
+        [
+            ("/etc/apt/keyrings/docker.asc", false),
+            ("/etc/apt/sources.list.d/docker.list", false)
+        ]
+    );
+    assert_eq!(
+        String::from_utf8(c.write_files[1].content.bytes().to_vec()).unwrap(),
+        "deb [signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/debian bookworm stable\n"
+    );
+    let steps = layer.steps();
+    assert!(
+        matches!(&steps[0], machine_core::steps::Step::WriteFile { path, .. } if path == "/etc/apt/keyrings/docker.asc")
+    );
+    assert!(
+        matches!(&steps[1], machine_core::steps::Step::WriteFile { path, .. } if path == "/etc/apt/sources.list.d/docker.list")
+    );
+    for (repo, field) in [
+        (
+            AptRepository::new("d", "ftp://x", "bookworm", ["main"], PGP),
+            "uri",
+        ),
+        (
+            AptRepository::new("d", "https://x y", "bookworm", ["main"], PGP),
+            "uri",
+        ),
+        (
+            AptRepository::new("d", "https://x", "book worm", ["main"], PGP),
+            "suite",
+        ),
+        (
+            AptRepository::new("d", "https://x", "bookworm", ["ma;in"], PGP),
+            "components[0]",
+        ),
+        (
+            AptRepository::new("d", "https://x", "bookworm", ["main"], "ssh-rsa AAAA"),
+            "key",
+        ),
+        (
+            AptRepository::new("../d", "https://x", "bookworm", ["main"], PGP),
+            "name",
+        ),
+    ] {
+        let e = RecipeLayer::new("l", vec![repo.into()]).unwrap_err();
+        assert_eq!(
+            e.field(),
+            Some(format!("layer l.recipes[0].{field}").as_str())
+        );
+    }
 }

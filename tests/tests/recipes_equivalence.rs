@@ -17,8 +17,8 @@ use std::sync::Arc;
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, CloudInitStatus, WriteFile};
 use machine_core::{CancellationToken, Composer, Machine, MachineName, MachineSpec, Phase};
 use recipes::{
-    Account, Directory, DropIn, File, Group, Hostname, KernelModules, LineInFile, Package,
-    Packages, RecipeLayer, Sysctl, SystemdUnit, Timezone,
+    Account, AptRepository, Directory, DropIn, File, Group, Hostname, KernelModules, LineInFile,
+    Package, Packages, RecipeLayer, Sysctl, SystemdUnit, Timezone,
 };
 use tests::{ClientKey, Lab};
 
@@ -26,7 +26,7 @@ use tests::{ClientKey, Lab};
 /// `install`ed packages as installed in /var/lib/dpkg/status.
 const APT_GET_STUB: &str = r#"#!/bin/sh
 # Test stub: records the invocation; installs nothing.
-printf '%s DEBIAN_FRONTEND=%s\n' "$*" "${DEBIAN_FRONTEND:-}" >> /var/log/apt-get.calls
+printf '%s DEBIAN_FRONTEND=%s sources=%s\n' "$*" "${DEBIAN_FRONTEND:-}" "$(ls /etc/apt/sources.list.d | tr '\n' ' ')" >> /var/log/apt-get.calls
 inst=
 for a in "$@"; do
   case "$a" in
@@ -47,7 +47,8 @@ const READ_BACK: &str = r#"set -e
 echo '## files'
 for f in /etc/sudoers.d/90-recipes-ops /etc/app/app.conf /etc/systemd/system/app.service \
   /etc/systemd/system/app.service.d/limits.conf /etc/sysctl.d/90-app.conf \
-  /etc/modules-load.d/app.conf /etc/hostname /etc/timezone /etc/motd; do
+  /etc/modules-load.d/app.conf /etc/hostname /etc/timezone /etc/motd \
+  /etc/apt/keyrings/example.asc /etc/apt/sources.list.d/example.list; do
   stat -c '%n %a %U:%G %F' "$f"; cat "$f"; echo '--'
 done
 echo '## directories'
@@ -90,6 +91,14 @@ fn recipe_layer(admin_key: &str) -> RecipeLayer {
             .with_gecos("Operations")
             .into(),
             Packages::apt([Package::pinned("nginx", "1.22.1-9"), Package::new("curl")]).into(),
+            AptRepository::new(
+                "example",
+                "https://apt.example.invalid/debian",
+                "bookworm",
+                ["main"],
+                "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZXhhbXBsZQ==\n-----END PGP PUBLIC KEY BLOCK-----\n",
+            )
+            .into(),
             File::new("/etc/app/app.conf", "port = 8080\nlog = debug\n")
                 .with_mode(0o640)
                 .with_owner("ops:deploy")
@@ -191,7 +200,10 @@ async fn one_recipe_layer_coupled_and_decoupled_leaves_identical_machines_and_a_
         "## sysctl\n1\n",
         "\nops deploy\n",
         "ops Operations /home/ops /bin/bash",
-        "install nginx=1.22.1-9 curl DEBIAN_FRONTEND=noninteractive",
+        // The repository is in place before apt-get update runs.
+        "--quiet update DEBIAN_FRONTEND=noninteractive sources=example.list \n",
+        "install nginx=1.22.1-9 curl DEBIAN_FRONTEND=noninteractive sources=example.list \n",
+        "deb [signed-by=/etc/apt/keyrings/example.asc] https://apt.example.invalid/debian bookworm main\n",
     ] {
         assert!(
             state_b.contains(expected),
