@@ -43,7 +43,9 @@ pub const SUDO_ALL_NOPASSWD: &str = "ALL=(ALL) NOPASSWD:ALL";
 ///   decoupled: the same commands over the transport.
 /// - The sudo rule goes to `/etc/sudoers.d/90-recipes-<name>` (mode 0440) on both paths,
 ///   not through cloud-init's `sudo` key: cloud-init stamps its version and the date into
-///   its sudoers file, which would make two machines' files differ.
+///   its sudoers file, which would make two machines' files differ. The rule is
+///   checked to be one line, not parsed: a rule sudo cannot parse makes sudo refuse to
+///   run for everyone (as with cloud-init's own `sudo` key), so test new rules first.
 /// - Rerun: an existing account is left as it is (no `usermod`: shell, groups and GECOS
 ///   are set at creation only, as cloud-init does); the password is locked again (a
 ///   no-op); missing keys are appended, keys already there are kept, never removed.

@@ -37,6 +37,26 @@ impl PackageFamily {
         }
     }
 
+    /// The family of an operating system from its os-release `ID` and `ID_LIKE` (as
+    /// bootstrap-ssh's `os_release` reads them over the transport), so a decoupled
+    /// layer can pick its packages' family per machine. `None` for an OS none of the
+    /// families serves.
+    pub fn for_os(id: &str, id_like: &[String]) -> Option<Self> {
+        std::iter::once(id)
+            .chain(id_like.iter().map(String::as_str))
+            .find_map(|name| match name {
+                "debian" | "ubuntu" => Some(PackageFamily::Apt),
+                "fedora" | "rhel" | "centos" | "rocky" | "almalinux" | "amzn" => {
+                    Some(PackageFamily::Dnf)
+                }
+                "suse" | "opensuse" | "sles" | "opensuse-leap" | "opensuse-tumbleweed" => {
+                    Some(PackageFamily::Zypper)
+                }
+                "alpine" => Some(PackageFamily::Apk),
+                _ => None,
+            })
+    }
+
     /// `package` as this family's package manager takes it.
     pub fn spec(self, package: &Package) -> String {
         match (&package.version, self) {

@@ -214,3 +214,30 @@ fn a_layer_holds_one_package_family() {
     .unwrap_err();
     assert_eq!(e.field(), Some("layer l.recipes[0].packages[0].version"));
 }
+
+#[test]
+fn the_family_follows_os_release_id_then_id_like() {
+    use recipes::PackageFamily;
+    let like = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        PackageFamily::for_os("debian", &[]),
+        Some(PackageFamily::Apt)
+    );
+    assert_eq!(
+        PackageFamily::for_os("linuxmint", &like(&["ubuntu", "debian"])),
+        Some(PackageFamily::Apt)
+    );
+    assert_eq!(
+        PackageFamily::for_os("rocky", &like(&["rhel", "centos", "fedora"])),
+        Some(PackageFamily::Dnf)
+    );
+    assert_eq!(
+        PackageFamily::for_os("opensuse-leap", &like(&["suse", "opensuse"])),
+        Some(PackageFamily::Zypper)
+    );
+    assert_eq!(
+        PackageFamily::for_os("alpine", &[]),
+        Some(PackageFamily::Apk)
+    );
+    assert_eq!(PackageFamily::for_os("arch", &[]), None);
+}

@@ -15,10 +15,12 @@
 use std::sync::Arc;
 
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, CloudInitStatus, WriteFile};
-use machine_core::{CancellationToken, Composer, Machine, MachineName, MachineSpec, Phase};
+use machine_core::{
+    CancellationToken, Composer, Connector, Machine, MachineName, MachineSpec, Phase,
+};
 use recipes::{
     Account, AptRepository, Directory, DropIn, File, Group, Hostname, KernelModules, LineInFile,
-    Package, Packages, RecipeLayer, Sysctl, SystemdUnit, Timezone,
+    Package, PackageFamily, Packages, RecipeLayer, Sysctl, SystemdUnit, Timezone,
 };
 use tests::{ClientKey, Lab};
 
@@ -179,6 +181,14 @@ async fn one_recipe_layer_coupled_and_decoupled_leaves_identical_machines_and_a_
         .unwrap_or_else(|e| panic!("decoupled machine: {e}"))
         .machine;
     assert_eq!((ma.phase, mb.phase), (Phase::Ready, Phase::Ready));
+
+    // The decoupled path picks its package family from the OS the transport detects.
+    let transport = key.connector().connect(&mb).await.unwrap();
+    let os = bootstrap_ssh::os::detect(transport.as_ref()).await.unwrap();
+    assert_eq!(
+        PackageFamily::for_os(&os.id, &os.id_like),
+        Some(PackageFamily::Apt)
+    );
 
     let state_a = read_back(&key, &ma).await;
     let state_b = read_back(&key, &mb).await;
