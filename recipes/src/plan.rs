@@ -1,0 +1,213 @@
+//! The plan of a layer: what its recipes ask for, gathered by kind in the order
+//! cloud-init applies the kinds, and rendered from there to either path.
+//!
+//! Order on both paths (cloud-init's stages): repository files (init-stage
+//! `write_files`); host name and time zone; groups, then
+//! accounts; packages (one `apt-get update` and one `install`); files (cloud-init's
+//! deferred `write_files`, in the final stage after packages); then every command
+//! (`runcmd`, the last thing cloud-init runs), in recipe order.
+
+use bootstrap_cloudinit::{CloudConfig, Command, Content, UserEntry, WriteFile};
+use machine_core::steps::Step;
+use machine_core::{Error, Result};
+
+use crate::account::Account;
+use crate::packages::{Package, PackageFamily, install_script};
+use crate::shell::{digest, q};
+use crate::system::{Hostname, Timezone};
+
+/// A file some recipe writes.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct PlannedFile {
+    pub path: String,
+    pub content: Vec<u8>,
+    pub mode: u32,
+    pub owner: Option<String>,
+}
+
+/// Everything a layer's recipes ask for, by kind.
+#[derive(Clone, Default)]
+pub(crate) struct Plan {
+    pub hostname: Option<String>,
+    pub timezone: Option<String>,
+    pub groups: Vec<String>,
+    pub accounts: Vec<Account>,
+    pub packages: Vec<Package>,
+    /// The family of every package of the layer.
+    pub package_family: Option<PackageFamily>,
+    pub files: Vec<PlannedFile>,
+    /// Root-owned files needed before packages are installed (repositories and their
+    /// keys): cloud-init's init-stage `write_files` coupled, the first steps decoupled.
+    pub early_files: Vec<PlannedFile>,
+    /// Shell snippets, run with `sh -e` on both paths; [`Plan::seal`] wraps them.
+    pub commands: Vec<String>,
+}
+
+impl Plan {
+    /// Adds a file; a second file at the same path is refused, naming `field`.
+    pub fn add_file(&mut self, file: PlannedFile, field: &str) -> Result<()> {
+        self.check_new_path(&file.path, field)?;
+        self.files.push(file);
+        Ok(())
+    }
+
+    /// Adds a file written before packages are installed.
+    pub fn add_early_file(&mut self, file: PlannedFile, field: &str) -> Result<()> {
+        self.check_new_path(&file.path, field)?;
+        self.early_files.push(file);
+        Ok(())
+    }
+
+    fn check_new_path(&self, path: &str, field: &str) -> Result<()> {
+        if self
+            .files
+            .iter()
+            .chain(&self.early_files)
+            .any(|f| f.path == path)
+        {
+            return Err(Error::invalid_spec(
+                field,
+                format!("{path} is written by two recipes of the layer"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sets a single-valued setting once per layer.
+    pub fn set_once(slot: &mut Option<String>, value: &str, field: &str, what: &str) -> Result<()> {
+        if slot.is_some() {
+            return Err(Error::invalid_spec(
+                field,
+                format!("a layer has one {what}; another recipe already sets it"),
+            ));
+        }
+        *slot = Some(value.to_owned());
+        Ok(())
+    }
+
+    /// Wraps every command as its `sh -ec` line once, when the recipes are all planned:
+    /// both paths use the same lines.
+    pub fn seal(&mut self) {
+        for c in &mut self.commands {
+            *c = run(c);
+        }
+    }
+
+    /// The cloud-config of the coupled path.
+    pub fn cloud_config(&self) -> CloudConfig {
+        let mut c = CloudConfig::new();
+        c.hostname = self.hostname.clone();
+        c.timezone = self.timezone.clone();
+        if !self.groups.is_empty() {
+            c.extra.insert(
+                "groups".into(),
+                serde_json::Value::Array(
+                    self.groups
+                        .iter()
+                        .map(|g| serde_json::Value::String(g.clone()))
+                        .collect(),
+                ),
+            );
+        }
+        if !self.accounts.is_empty() {
+            // A `users` list without `default` stops cloud-init from creating the image's
+            // default user, which a decoupled machine has: keep it on both paths.
+            c.users = std::iter::once(UserEntry::Default)
+                .chain(
+                    self.accounts
+                        .iter()
+                        .map(|a| UserEntry::User(a.cloud_user())),
+                )
+                .collect();
+        }
+        let family = self.package_family.unwrap_or(PackageFamily::Apt);
+        c.packages = self.packages.iter().map(|p| family.spec(p)).collect();
+        c.write_files = self
+            .early_files
+            .iter()
+            .map(|f| {
+                WriteFile::new(f.path.clone(), Content::Bytes(f.content.clone()))
+                    .permissions(format!("{:04o}", f.mode))
+            })
+            .collect();
+        c.write_files.extend(self.files.iter().map(|f| {
+            let w = WriteFile::new(f.path.clone(), Content::Bytes(f.content.clone()))
+                .permissions(format!("{:04o}", f.mode))
+                .deferred();
+            match &f.owner {
+                Some(o) => w.owner(o.clone()),
+                None => w,
+            }
+        }));
+        // runcmd lines share one script without `set -e`: each snippet runs in its own
+        // `sh -e` and a failure stops the script, as a failed step stops the layer.
+        c.runcmd = self
+            .commands
+            .iter()
+            .map(|s| Command::Shell(format!("{s} || exit 1")))
+            .collect();
+        c
+    }
+
+    /// The steps of the decoupled path.
+    pub fn steps(&self) -> Vec<Step> {
+        let mut steps = Vec::with_capacity(
+            4 + self.groups.len()
+                + self.accounts.len()
+                + 2 * self.files.len()
+                + self.commands.len(),
+        );
+        for f in &self.early_files {
+            steps.push(Step::write_file_mode(
+                f.path.clone(),
+                f.content.clone(),
+                f.mode,
+            ));
+        }
+        if let Some(h) = &self.hostname {
+            steps.push(Step::run(run(&Hostname::script(h))));
+        }
+        if let Some(z) = &self.timezone {
+            steps.push(Step::run(run(&Timezone::script(z))));
+        }
+        for g in &self.groups {
+            let g = q(g);
+            steps.push(Step::run(format!(
+                "getent group {g} >/dev/null || groupadd {g}"
+            )));
+        }
+        for a in &self.accounts {
+            steps.push(Step::run(run(&a.script())));
+        }
+        if let Some(family) = self.package_family {
+            steps.push(Step::run(run(&install_script(family, &self.packages))));
+        }
+        for f in &self.files {
+            steps.push(Step::write_file_mode(
+                f.path.clone(),
+                f.content.clone(),
+                f.mode,
+            ));
+            if let Some(owner) = &f.owner {
+                // The upload replaces the file (root-owned): the digest of everything
+                // about the file makes this step rerun whenever the upload does.
+                let mode = f.mode.to_le_bytes();
+                steps.push(Step::run(format!(
+                    "chown {} {} # file {}",
+                    q(owner),
+                    q(&f.path),
+                    digest(&[&f.content, &mode, owner.as_bytes()])
+                )));
+            }
+        }
+        for c in &self.commands {
+            steps.push(Step::run(c.clone()));
+        }
+        steps
+    }
+}
+
+/// `snippet` as one command line run by `sh -e`.
+fn run(snippet: &str) -> String {
+    format!("sh -ec {}", q(snippet))
+}
