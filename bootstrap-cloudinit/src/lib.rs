@@ -46,3 +46,9 @@ pub use render::{HEADER, parse, render};
 pub use secret::Secret;
 pub use template::{SecretVars, Templates};
 pub use validate::{SYSTEM_GROUPS, SYSTEM_USERS, validate_with};
+
+/// The checks cloud-config validation runs on names and keys, for crates that render
+/// cloud-config of their own (each an invalid-spec error naming `field`).
+pub mod checks {
+    pub use crate::validate::{account_name, host_label, public_key};
+}

@@ -37,7 +37,7 @@ pub const SYSTEM_GROUPS: &[&str] = &[
 /// set-id bits (its chown after the chmod clears them; the sticky bit survives).
 pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Result<()> {
     if let Some(h) = &config.hostname {
-        check_label("hostname", h)?;
+        host_label("hostname", h)?;
     }
     if let Some(f) = &config.fqdn {
         check_fqdn("fqdn", f)?;
@@ -82,7 +82,7 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
     for (i, entry) in config.users.iter().enumerate() {
         let UserEntry::User(u) = entry else { continue };
         let field = format!("users[{i}]");
-        check_user_name(&format!("{field}.name"), &u.name)?;
+        account_name(&format!("{field}.name"), &u.name)?;
         if !created.insert(u.name.as_str()) {
             return Err(Error::invalid_spec(
                 format!("{field}.name"),
@@ -90,7 +90,7 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
             ));
         }
         for (g, group) in u.groups.iter().enumerate() {
-            check_user_name(&format!("{field}.groups[{g}]"), group)?;
+            account_name(&format!("{field}.groups[{g}]"), group)?;
         }
         if let Some(shell) = &u.shell
             && (!shell.starts_with('/') || shell.chars().any(char::is_whitespace))
@@ -109,7 +109,7 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
             ));
         }
         for (k, key) in u.ssh_authorized_keys.iter().enumerate() {
-            check_public_key(&format!("{field}.ssh_authorized_keys[{k}]"), key, None)?;
+            public_key(&format!("{field}.ssh_authorized_keys[{k}]"), key, None)?;
         }
     }
     for (i, f) in config.write_files.iter().enumerate() {
@@ -120,9 +120,9 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
         }
         if let Some(owner) = &f.owner {
             let (user, group) = owner.split_once(':').unwrap_or((owner, ""));
-            check_user_name(&format!("{field}.owner"), user)?;
+            account_name(&format!("{field}.owner"), user)?;
             if owner.contains(':') {
-                check_user_name(&format!("{field}.owner"), group)?;
+                account_name(&format!("{field}.owner"), group)?;
                 let existing =
                     SYSTEM_GROUPS.contains(&group) || extra_system_users.iter().any(|u| u == group);
                 if created_groups.contains(group) && !existing && !f.defer {
@@ -211,7 +211,7 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
                     "ecdsa" => "ecdsa-sha2-",
                     _ => "ssh-rsa",
                 };
-                check_public_key(&format!("ssh_keys.{algo}_public"), public, Some(prefix))?;
+                public_key(&format!("ssh_keys.{algo}_public"), public, Some(prefix))?;
             }
         }
     }
@@ -276,7 +276,8 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
     Ok(())
 }
 
-fn check_label(field: &str, s: &str) -> Result<()> {
+/// A host name label (RFC 1123): 1-63 of a-z, A-Z, 0-9 and `-`, not at either end.
+pub fn host_label(field: &str, s: &str) -> Result<()> {
     let ok = !s.is_empty()
         && s.len() <= 63
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
@@ -300,14 +301,16 @@ fn check_fqdn(field: &str, s: &str) -> Result<()> {
         ));
     }
     for label in s.trim_end_matches('.').split('.') {
-        check_label(field, label)
+        host_label(field, label)
             .map_err(|_| Error::invalid_spec(field, format!("{s:?} is not a domain name")))?;
     }
     Ok(())
 }
 
-/// POSIX-portable account names, as `useradd` accepts them by default on Debian.
-fn check_user_name(field: &str, s: &str) -> Result<()> {
+/// An account or group name as `useradd`/`groupadd` accept it by default on Debian
+/// (and cloud-init passes it on): a-z or `_` first, then a-z, 0-9, `_`, `-`, `.`; at
+/// most 32 characters.
+pub fn account_name(field: &str, s: &str) -> Result<()> {
     let mut chars = s.chars();
     let ok = s.len() <= 32
         && chars
@@ -373,7 +376,9 @@ fn check_permissions(field: &str, p: &str) -> Result<()> {
     }
 }
 
-fn check_public_key(field: &str, key: &str, prefix: Option<&str>) -> Result<()> {
+/// An OpenSSH public key line, `type base64 [comment]` on one line, whose type starts
+/// with `prefix` (any SSH key type when `None`).
+pub fn public_key(field: &str, key: &str, prefix: Option<&str>) -> Result<()> {
     let mut parts = key.split_whitespace();
     let algo = parts.next().unwrap_or_default();
     let blob = parts.next().unwrap_or_default();
@@ -385,7 +390,7 @@ fn check_public_key(field: &str, key: &str, prefix: Option<&str>) -> Result<()> 
         && blob
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='));
-    if algo_ok && blob_ok && !key.contains('\n') {
+    if algo_ok && blob_ok && !key.contains(['\n', '\r', '\0']) {
         Ok(())
     } else {
         Err(Error::invalid_spec(

@@ -2,29 +2,8 @@
 //! the machine's tools (useradd, apt-get, systemd, sysctl) or cloud-init would refuse or
 //! misread. Each error is an invalid-spec error naming the field.
 
+pub(crate) use bootstrap_cloudinit::checks::{account_name, host_label};
 use machine_core::{Error, Result};
-
-/// An account or group name as `useradd`/`groupadd` on Debian and cloud-init accept
-/// it: a-z or `_` first, then a-z, 0-9, `_`, `-`, `.`; at most 32 characters.
-pub(crate) fn account_name(field: &str, s: &str) -> Result<()> {
-    let mut chars = s.chars();
-    let ok = s.len() <= 32
-        && chars
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && chars
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!(
-                "{s:?} is not an account name useradd accepts (a-z or '_' first, then a-z, 0-9, '_', '-', '.'; at most 32)"
-            ),
-        ))
-    }
-}
 
 /// `user` or `user:group`.
 pub(crate) fn owner(field: &str, s: &str) -> Result<()> {
@@ -313,23 +292,6 @@ pub(crate) fn module_name(field: &str, s: &str) -> Result<()> {
     }
 }
 
-/// A host name label (RFC 1123).
-pub(crate) fn host_label(field: &str, s: &str) -> Result<()> {
-    let ok = !s.is_empty()
-        && s.len() <= 63
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        && !s.starts_with('-')
-        && !s.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!("{s:?} is not a host name (1-63 of a-z, A-Z, 0-9, '-', not at either end)"),
-        ))
-    }
-}
-
 /// A zoneinfo name such as `Europe/Paris` or `Etc/UTC`.
 pub(crate) fn timezone(field: &str, s: &str) -> Result<()> {
     let ok = !s.is_empty()
@@ -351,24 +313,9 @@ pub(crate) fn timezone(field: &str, s: &str) -> Result<()> {
     }
 }
 
-/// An OpenSSH public key line: `type base64 [comment]`, no options, one line.
+/// An OpenSSH public key line of any key type.
 pub(crate) fn public_key(field: &str, key: &str) -> Result<()> {
-    let mut parts = key.split_whitespace();
-    let algo = parts.next().unwrap_or_default();
-    let blob = parts.next().unwrap_or_default();
-    let algo_ok = algo.starts_with("ssh-") || algo.starts_with("ecdsa-") || algo.starts_with("sk-");
-    let blob_ok = blob.len() > 16
-        && blob
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='));
-    if algo_ok && blob_ok && !key.contains(['\n', '\r', '\0']) {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            "is not an OpenSSH public key line (\"ssh-ed25519 AAAA... comment\", no options)",
-        ))
-    }
+    bootstrap_cloudinit::checks::public_key(field, key, None)
 }
 
 #[cfg(test)]
