@@ -865,7 +865,9 @@ pub async fn undeclared_user_data_is_refused(c: &Clients, fx: &Fixture) {
     let p = c.provider.as_ref();
     let undeclared = match &p.capabilities().user_data {
         None => Some(UserDataFormat::CloudConfig),
-        Some(d) => ALL_FORMATS.into_iter().find(|f| !d.formats.contains(f)),
+        Some(d) => UserDataFormat::ALL
+            .into_iter()
+            .find(|f| !d.formats.contains(f)),
     };
     let Some(format) = undeclared else {
         return;
@@ -894,18 +896,6 @@ pub async fn undeclared_user_data_is_refused(c: &Clients, fx: &Fixture) {
         "{p}: a machine was created with undeclared user data"
     );
 }
-
-/// Every user-data format, for finding one a provider does not declare.
-const ALL_FORMATS: [UserDataFormat; 8] = [
-    UserDataFormat::CloudConfig,
-    UserDataFormat::ShellScript,
-    UserDataFormat::CloudBoothook,
-    UserDataFormat::Jinja2,
-    UserDataFormat::Mime,
-    UserDataFormat::Ignition,
-    UserDataFormat::PowerShell,
-    UserDataFormat::Raw,
-];
 
 /// A provision cancelled just after the create call leaves a machine that deprovision
 /// finds and deletes.

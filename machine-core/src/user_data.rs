@@ -59,6 +59,28 @@ pub enum UserDataFormat {
 }
 
 impl UserDataFormat {
+    /// The formats cloud-init itself runs, what a provider whose images boot with
+    /// cloud-init declares.
+    pub const CLOUD_INIT: [UserDataFormat; 5] = [
+        UserDataFormat::CloudConfig,
+        UserDataFormat::ShellScript,
+        UserDataFormat::CloudBoothook,
+        UserDataFormat::Jinja2,
+        UserDataFormat::Mime,
+    ];
+
+    /// Every format.
+    pub const ALL: [UserDataFormat; 8] = [
+        UserDataFormat::CloudConfig,
+        UserDataFormat::ShellScript,
+        UserDataFormat::CloudBoothook,
+        UserDataFormat::Jinja2,
+        UserDataFormat::Mime,
+        UserDataFormat::Ignition,
+        UserDataFormat::PowerShell,
+        UserDataFormat::Raw,
+    ];
+
     /// The MIME content type cloud-init gives this format inside a multipart, if it has one.
     pub fn mime_type(self) -> Option<&'static str> {
         Some(match self {

@@ -67,16 +67,7 @@ impl AwsProvider {
                     // EC2 passes user data through untouched; what runs it is the image's
                     // agent: cloud-init, Ignition (Fedora CoreOS, Flatcar), EC2Launch
                     // (PowerShell).
-                    vec![
-                        UserDataFormat::CloudConfig,
-                        UserDataFormat::ShellScript,
-                        UserDataFormat::CloudBoothook,
-                        UserDataFormat::Jinja2,
-                        UserDataFormat::Mime,
-                        UserDataFormat::Ignition,
-                        UserDataFormat::PowerShell,
-                        UserDataFormat::Raw,
-                    ],
+                    UserDataFormat::ALL.to_vec(),
                 )
                 .with_gzip(true),
             )

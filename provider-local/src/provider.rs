@@ -91,13 +91,7 @@ impl LocalProvider {
                     UserDataDelivery::new(
                         MAX_USER_DATA,
                         SizeBasis::Raw,
-                        vec![
-                            UserDataFormat::CloudConfig,
-                            UserDataFormat::ShellScript,
-                            UserDataFormat::CloudBoothook,
-                            UserDataFormat::Jinja2,
-                            UserDataFormat::Mime,
-                        ],
+                        UserDataFormat::CLOUD_INIT.to_vec(),
                     )
                     .with_gzip(true),
                 )

@@ -363,14 +363,7 @@ impl SimProvider {
                 UserDataDelivery::new(
                     config.user_data_limit,
                     SizeBasis::Raw,
-                    vec![
-                        UserDataFormat::CloudConfig,
-                        UserDataFormat::ShellScript,
-                        UserDataFormat::CloudBoothook,
-                        UserDataFormat::Jinja2,
-                        UserDataFormat::Mime,
-                        UserDataFormat::Raw,
-                    ],
+                    [&UserDataFormat::CLOUD_INIT[..], &[UserDataFormat::Raw]].concat(),
                 )
                 .with_gzip(config.gzip),
             )
