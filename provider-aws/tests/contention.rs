@@ -142,14 +142,12 @@ async fn a_name_is_recreated_twenty_times_with_one_launch_each() {
 
 // ComposerSettings is becoming #[non_exhaustive]: a struct literal would not
 // compile outside machine-core, so fields are set on the default.
-#[allow(clippy::field_reassign_with_default)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn teardown_after_an_injected_duplicate_leaves_nothing_live() {
     let moto = Moto::start();
     let owner = common::owner("dup");
     let p = Arc::new(common::provider(&moto.endpoint, &owner).await);
-    let mut settings = ComposerSettings::default();
-    settings.poll_interval = Duration::from_millis(200);
+    let settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(200));
     let composer = Composer::builder(p.clone())
         .settings(settings)
         .build()
@@ -209,15 +207,13 @@ async fn teardown_after_an_injected_duplicate_leaves_nothing_live() {
 
 // ComposerSettings is becoming #[non_exhaustive]: a struct literal would not
 // compile outside machine-core, so fields are set on the default.
-#[allow(clippy::field_reassign_with_default)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_shares_its_name_lookups() {
     let moto = Moto::start();
     let proxy = FaultProxy::start(moto.addr, Faults::default(), 13).await;
     let owner = common::owner("shared");
     let p = Arc::new(common::provider(&proxy.endpoint, &owner).await);
-    let mut settings = ComposerSettings::default();
-    settings.poll_interval = Duration::from_millis(200);
+    let settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(200));
     let composer = Composer::builder(p.clone())
         .settings(settings)
         .build()

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use machine_core::decorators::Retrying;
-use machine_core::{CancellationToken, Composer, ComposerSettings, ErrorKind, RetryPolicy};
+use machine_core::{
+    CancellationToken, Composer, ComposerSettings, Deadlines, ErrorKind, RetryPolicy,
+};
 use provider_aws::{AwsConfig, AwsProvider, CredentialSource};
 
 /// Set in the child's environment: do the check instead of starting a child.
@@ -64,7 +66,6 @@ fn missing_credentials_fail_provision_at_once() {
 
 // ComposerSettings is becoming #[non_exhaustive]: a struct literal would not
 // compile outside machine-core, so fields are set on the default.
-#[allow(clippy::field_reassign_with_default)]
 async fn check() {
     // Nothing may be sent: the failure is local.
     let tripwire = common::Tripwire::start().await;
@@ -80,9 +81,9 @@ async fn check() {
         AwsProvider::new(config).await.expect("provider"),
         RetryPolicy::default(),
     );
-    let mut settings = ComposerSettings::default();
-    settings.poll_interval = Duration::from_millis(200);
-    settings.deadlines.create = Duration::from_secs(60);
+    let settings = ComposerSettings::default()
+        .with_poll_interval(Duration::from_millis(200))
+        .with_deadlines(Deadlines::default().with_create(Duration::from_secs(60)));
     let composer = Composer::builder(Arc::new(provider))
         .settings(settings)
         .build()
