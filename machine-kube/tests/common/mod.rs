@@ -28,30 +28,50 @@ pub struct FakeApi {
 }
 
 impl FakeApi {
-    /// Serves on a free loopback port; returns a client for it.
+    /// Serves on a free loopback port of the current runtime; returns a client for it.
     pub async fn start(&self) -> kube::Client {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        tokio::spawn(self.clone().serve(listener));
+        client(addr)
+    }
+
+    /// Serves on a thread of its own (its own runtime), so that a benchmark can tell
+    /// the server's work from the client's; returns the address.
+    pub fn start_on_own_thread(&self) -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
         let me = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let me = me.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let me = me.clone();
-                        async move { Ok::<_, Infallible>(me.answer(req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                me.serve(listener).await;
+            });
         });
-        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-        kube::Client::try_from(config).unwrap()
+        addr
+    }
+
+    async fn serve(self, listener: tokio::net::TcpListener) {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let me = me.clone();
+                    async move { Ok::<_, Infallible>(me.answer(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
     }
 
     /// Stores `object` (a `Machine` object as JSON) as the server would after a create.
@@ -163,6 +183,12 @@ impl FakeApi {
             ),
         }
     }
+}
+
+/// A kube client for the server at `addr`.
+pub fn client(addr: std::net::SocketAddr) -> kube::Client {
+    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    kube::Client::try_from(config).unwrap()
 }
 
 fn key_of(object: &Value) -> (String, String) {
