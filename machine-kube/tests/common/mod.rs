@@ -38,6 +38,7 @@ impl FakeApi {
 
     /// Serves on a thread of its own (its own runtime), so that a benchmark can tell
     /// the server's work from the client's; returns the address.
+    #[allow(dead_code)] // the benchmark's, not the tests'
     pub fn start_on_own_thread(&self) -> std::net::SocketAddr {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
