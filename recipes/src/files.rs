@@ -62,6 +62,20 @@ impl File {
         }
     }
 
+    /// A root-owned file with mode 0644 whose content is template `name` of
+    /// `templates` rendered with `context` (Jinja, strict: an undefined variable is an
+    /// error naming it, the template and the line). Rendered once, here, so every machine
+    /// given this recipe gets the same bytes on both paths.
+    pub fn from_template(
+        path: impl Into<String>,
+        templates: &bootstrap_cloudinit::Templates,
+        name: &str,
+        context: &impl serde::Serialize,
+    ) -> Result<Self> {
+        let content = templates.render(name, context)?;
+        Ok(File::new(path, content))
+    }
+
     /// Sets the mode.
     pub fn with_mode(mut self, mode: u32) -> Self {
         self.mode = mode;

@@ -302,6 +302,29 @@ fn a_changed_unit_changes_only_its_restart_steps_hash() {
 }
 
 #[test]
+fn a_file_from_a_template_is_rendered_once_and_an_undefined_variable_is_refused() {
+    let mut templates = bootstrap_cloudinit::Templates::new();
+    templates
+        .add("app.conf", "listen = {{ port }}\nname = {{ name }}\n")
+        .unwrap();
+    let ctx = serde_json::json!({ "port": 8080, "name": "web" });
+    let file = File::from_template("/etc/app.conf", &templates, "app.conf", &ctx).unwrap();
+    assert_eq!(file.content, b"listen = 8080\nname = web\n");
+    let e = File::from_template(
+        "/etc/app.conf",
+        &templates,
+        "app.conf",
+        &serde_json::json!({ "port": 8080 }),
+    )
+    .expect_err("an undefined variable was rendered");
+    let shown = e.to_string();
+    assert!(
+        shown.contains("name") && shown.contains("app.conf"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn debug_never_shows_file_content() {
     let layer = RecipeLayer::new(
         "l",
