@@ -762,14 +762,7 @@ pub async fn user_data_round_trips(c: &Clients, fx: &Fixture) {
             ErrorKind::InvalidSpec,
             "{p}: user data refused: {e}"
         );
-        let found = p
-            .find(&spec.name)
-            .await
-            .unwrap_or_else(|e| panic!("{p}: find failed: {e}"));
-        assert!(
-            found.is_none(),
-            "{p}: a machine was made for refused user data"
-        );
+        assert_not_created(p, &spec.name, "a machine was made for refused user data").await;
         return;
     };
     let ud = sample_user_data(format, &fx.prefix);
@@ -848,14 +841,12 @@ pub async fn oversized_user_data_is_refused_before_any_call(c: &Clients, fx: &Fi
         ErrorKind::InvalidSpec,
         "{p}: oversized user data: {e}"
     );
-    let found = p
-        .find(&spec.name)
-        .await
-        .unwrap_or_else(|e| panic!("{p}: find failed: {e}"));
-    assert!(
-        found.is_none(),
-        "{p}: a machine was created with refused user data"
-    );
+    assert_not_created(
+        p.as_ref(),
+        &spec.name,
+        "a machine was created with refused user data",
+    )
+    .await;
 }
 
 /// User data the provider does not declare (any at all when it declares no delivery, a
@@ -887,14 +878,12 @@ pub async fn undeclared_user_data_is_refused(c: &Clients, fx: &Fixture) {
         e.kind() == ErrorKind::InvalidSpec && e.field() == Some(user_data::USER_DATA_FIELD),
         "{p}: user data of undeclared format {format:?} was not refused as an invalid spec on userData: {e}"
     );
-    let found = p
-        .find(&spec.name)
-        .await
-        .unwrap_or_else(|e| panic!("{p}: find failed: {e}"));
-    assert!(
-        found.is_none(),
-        "{p}: a machine was created with undeclared user data"
-    );
+    assert_not_created(
+        p,
+        &spec.name,
+        "a machine was created with undeclared user data",
+    )
+    .await;
 }
 
 /// A provision cancelled just after the create call leaves a machine that deprovision
@@ -1020,6 +1009,16 @@ macro_rules! conformance_tests {
             )+
         }
     };
+}
+
+/// Panics naming `broken` when `p` finds a machine named `name`: a refused create must
+/// make nothing.
+async fn assert_not_created(p: &dyn MachineProvisioner, name: &MachineName, broken: &str) {
+    let found = p
+        .find(name)
+        .await
+        .unwrap_or_else(|e| panic!("{p}: find failed: {e}"));
+    assert!(found.is_none(), "{p}: {broken}");
 }
 
 /// Counts calls to the provider (capabilities excluded).
