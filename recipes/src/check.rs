@@ -5,6 +5,15 @@
 pub(crate) use bootstrap_cloudinit::checks::{account_name, host_label};
 use machine_core::{Error, Result};
 
+/// `Ok` when `ok`, else an invalid-spec error on `field` saying `why`.
+fn require(ok: bool, field: &str, why: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_spec(field, why()))
+    }
+}
+
 /// `user` or `user:group`.
 pub(crate) fn owner(field: &str, s: &str) -> Result<()> {
     let (user, group) = s.split_once(':').unwrap_or((s, ""));
@@ -22,14 +31,9 @@ pub(crate) fn path(field: &str, p: &str) -> Result<()> {
         && !p.ends_with('/')
         && !p.contains(['\0', '\n', '\r'])
         && !p.split('/').any(|c| c == "..");
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!("{p:?} is not an absolute path (no '..', NUL or line breaks, no trailing '/')"),
-        ))
-    }
+    require(ok, field, || {
+        format!("{p:?} is not an absolute path (no '..', NUL or line breaks, no trailing '/')")
+    })
 }
 
 /// A file mode both paths apply identically: at most 0o777 plus the sticky bit, never
@@ -105,14 +109,9 @@ pub(crate) fn deb_version(field: &str, s: &str) -> Result<()> {
     let ok = s.chars().next().is_some_and(|c| c.is_ascii_digit())
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '~' | ':' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!("{s:?} is not a Debian version (a digit first, then letters, digits, '.+~:-')"),
-        ))
-    }
+    require(ok, field, || {
+        format!("{s:?} is not a Debian version (a digit first, then letters, digits, '.+~:-')")
+    })
 }
 
 /// An RPM package name: letters, digits and `._+-`, a letter or digit first.
@@ -121,16 +120,11 @@ pub(crate) fn rpm_package(field: &str, s: &str) -> Result<()> {
         && s.len() <= 128
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!(
-                "{s:?} is not an RPM package name (letters, digits, '._+-'; a letter or digit first)"
-            ),
-        ))
-    }
+    require(ok, field, || {
+        format!(
+            "{s:?} is not an RPM package name (letters, digits, '._+-'; a letter or digit first)"
+        )
+    })
 }
 
 /// An RPM version: `[epoch:]version[-release]` of letters, digits and `._+~^:-`.
@@ -139,14 +133,9 @@ pub(crate) fn rpm_version(field: &str, s: &str) -> Result<()> {
         && s.chars().all(|c| {
             c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '~' | '^' | ':' | '-')
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!("{s:?} is not an RPM version (letters, digits, '._+~^:-')"),
-        ))
-    }
+    require(ok, field, || {
+        format!("{s:?} is not an RPM version (letters, digits, '._+~^:-')")
+    })
 }
 
 /// An Alpine package name: lower-case letters, digits and `._+-`, a letter or digit first.
@@ -158,16 +147,9 @@ pub(crate) fn apk_package(field: &str, s: &str) -> Result<()> {
         && s.chars().all(|c| {
             c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '+' | '-')
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!(
-                "{s:?} is not an Alpine package name (a-z, 0-9, '._+-'; a letter or digit first)"
-            ),
-        ))
-    }
+    require(ok, field, || {
+        format!("{s:?} is not an Alpine package name (a-z, 0-9, '._+-'; a letter or digit first)")
+    })
 }
 
 /// An Alpine version such as `1.36.1-r2`: a digit first, then letters, digits, `._-`.
@@ -175,14 +157,9 @@ pub(crate) fn apk_version(field: &str, s: &str) -> Result<()> {
     let ok = s.chars().next().is_some_and(|c| c.is_ascii_digit())
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!("{s:?} is not an Alpine version such as 1.36.1-r2"),
-        ))
-    }
+    require(ok, field, || {
+        format!("{s:?} is not an Alpine version such as 1.36.1-r2")
+    })
 }
 
 /// Unit types systemd knows.
@@ -212,16 +189,11 @@ pub(crate) fn unit_name(field: &str, s: &str) -> Result<()> {
                 && prefix.chars().all(allowed)
                 && instance.chars().all(allowed)
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!(
-                "{s:?} is not a systemd unit name (letters, digits, ':-_.\\', an optional @instance, then .service, .socket, .timer, ...)"
-            ),
-        ))
-    }
+    require(ok, field, || {
+        format!(
+            "{s:?} is not a systemd unit name (letters, digits, ':-_.\\', an optional @instance, then .service, .socket, .timer, ...)"
+        )
+    })
 }
 
 /// A plain file name of letters, digits and `-_.` (a drop-in, a configuration file's
@@ -232,16 +204,9 @@ pub(crate) fn plain_name(field: &str, s: &str) -> Result<()> {
         && !s.starts_with('.')
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!(
-                "{s:?} is not a plain file name (letters, digits, '-', '_', '.'; not a dot first)"
-            ),
-        ))
-    }
+    require(ok, field, || {
+        format!("{s:?} is not a plain file name (letters, digits, '-', '_', '.'; not a dot first)")
+    })
 }
 
 /// A sysctl key: dot-separated components of letters, digits, `_` and `-`; never `/`
@@ -253,16 +218,11 @@ pub(crate) fn sysctl_key(field: &str, s: &str) -> Result<()> {
                 && c.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!(
-                "{s:?} is not a sysctl key (dot-separated letters, digits, '_', '-'; no '/', no empty or '..' components)"
-            ),
-        ))
-    }
+    require(ok, field, || {
+        format!(
+            "{s:?} is not a sysctl key (dot-separated letters, digits, '_', '-'; no '/', no empty or '..' components)"
+        )
+    })
 }
 
 /// A value on one line, not empty.
@@ -303,14 +263,9 @@ pub(crate) fn timezone(field: &str, s: &str) -> Result<()> {
                 && c.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '+' | '-'))
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_spec(
-            field,
-            format!("{s:?} is not a time zone name such as Etc/UTC"),
-        ))
-    }
+    require(ok, field, || {
+        format!("{s:?} is not a time zone name such as Etc/UTC")
+    })
 }
 
 /// An OpenSSH public key line of any key type.
