@@ -314,22 +314,9 @@ fn boot(m: &mut SimMachine) {
 /// The success file a [`CompletionWaiter::files`](crate::user_data::CompletionWaiter::files)
 /// part in `user_data` would write, read from the waiter's settings word.
 fn waiter_success_file(user_data: &[u8]) -> Option<String> {
-    mime::parts(user_data)
-        .iter()
-        .find_map(|part| waiter_success_in_part(&String::from_utf8_lossy(part)))
-}
-
-fn waiter_success_in_part(text: &str) -> Option<String> {
-    let line = text
-        .lines()
-        .find(|l| l.contains(user_data::WAITER_MARKER) && l.contains("-c"))?;
-    let words = shlex::split(line)?;
-    let at = words.iter().position(|w| w == user_data::WAITER_MARKER)?;
-    let settings: serde_json::Value = serde_json::from_str(words.get(at + 1)?).ok()?;
-    let report = settings.get("report")?;
-    (report.get("kind")?.as_str()? == "files")
-        .then(|| report.get("success")?.as_str().map(str::to_owned))
-        .flatten()
+    mime::parts(user_data).iter().find_map(|part| {
+        user_data::CompletionWaiter::success_file_in(&String::from_utf8_lossy(part))
+    })
 }
 
 /// The in-memory provider. See the [module docs](self).

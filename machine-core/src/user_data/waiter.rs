@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{UserDataFormat, UserDataPart};
 
@@ -42,7 +42,7 @@ pub struct CompletionWaiter {
     max_wait: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 enum Report {
     Files { success: String, failure: String },
@@ -84,6 +84,26 @@ impl CompletionWaiter {
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = max_wait;
         self
+    }
+
+    /// The success file of the waiter a part's script starts, read back from the
+    /// settings word [`CompletionWaiter::part`] writes; `None` for any other script or a
+    /// waiter that posts. For a simulator standing in for the machine.
+    pub fn success_file_in(script: &str) -> Option<String> {
+        let line = script
+            .lines()
+            .find(|l| l.contains(WAITER_MARKER) && l.contains("-c"))?;
+        let words = shlex::split(line)?;
+        let at = words.iter().position(|w| w == WAITER_MARKER)?;
+        #[derive(Deserialize)]
+        struct Settings {
+            report: Report,
+        }
+        let settings: Settings = serde_json::from_str(words.get(at + 1)?).ok()?;
+        match settings.report {
+            Report::Files { success, .. } => Some(success),
+            Report::Post { .. } => None,
+        }
     }
 
     /// The part: a shell script that starts the waiter in the background and exits 0.
