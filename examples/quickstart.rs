@@ -40,7 +40,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail};
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, User, WriteFile};
 use bootstrap_ssh::SshConnector;
-use examples::{SSH_USAGE, SshFlags, TimelineRow, print_progress, timeline_table};
+use examples::{SSH_USAGE, SshFlags, print_progress, timeline_table};
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
@@ -254,15 +254,7 @@ async fn main() -> anyhow::Result<()> {
     printer.await?;
 
     println!("\nWhere the time went:");
-    let rows: Vec<TimelineRow<'_>> = done
-        .iter()
-        .map(|(mode, p)| TimelineRow {
-            name: p.machine.name.as_str(),
-            label: mode,
-            timeline: &p.timeline,
-        })
-        .collect();
-    print!("{}", timeline_table(&rows));
+    print!("{}", timeline_table(&done));
 
     println!("\nWhat each machine got:");
     for (mode, p) in &done {

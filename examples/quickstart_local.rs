@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, CloudInitStatus, User, WriteFile};
 use bootstrap_ssh::{Auth, HostKeyPolicy, SshConfig, SshConnector};
-use examples::{TimelineRow, print_progress, timeline_table};
+use examples::{print_progress, timeline_table};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
     CancellationToken, Composer, ComposerSettings, Connector, EventSink, ExecRequest, FleetSpec,
@@ -163,15 +163,7 @@ pub async fn run() -> anyhow::Result<()> {
     printer.await?;
 
     println!("\nWhere the time went:");
-    let rows: Vec<TimelineRow<'_>> = done
-        .iter()
-        .map(|(mode, p)| TimelineRow {
-            name: p.machine.name.as_str(),
-            label: mode,
-            timeline: &p.timeline,
-        })
-        .collect();
-    print!("{}", timeline_table(&rows));
+    print!("{}", timeline_table(&done));
 
     println!("\nWhat each machine got (read from the machine over SSH):");
     for (mode, p) in &done {

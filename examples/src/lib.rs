@@ -7,7 +7,7 @@ pub use ssh_flags::{SSH_USAGE, SshFlags};
 
 use std::time::SystemTime;
 
-use machine_core::{EventSink, Timeline};
+use machine_core::{EventSink, Provisioned};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
@@ -52,18 +52,9 @@ fn print_event(start: SystemTime, e: &machine_core::ProgressEvent) {
     );
 }
 
-/// One row of a timeline table.
-pub struct TimelineRow<'a> {
-    /// The machine's name.
-    pub name: &'a str,
-    /// A short label, such as the mode.
-    pub label: &'a str,
-    /// Where its time went.
-    pub timeline: &'a Timeline,
-}
-
-/// Renders a table of where each machine's time went.
-pub fn timeline_table(rows: &[TimelineRow<'_>]) -> String {
+/// Renders a table of where each provisioned machine's time went, each row labelled
+/// (with its mode, say).
+pub fn timeline_table(done: &[(String, Provisioned)]) -> String {
     let secs = |d: Option<std::time::Duration>| {
         d.map_or_else(|| "-".to_owned(), |d| format!("{:.2}s", d.as_secs_f64()))
     };
@@ -71,12 +62,12 @@ pub fn timeline_table(rows: &[TimelineRow<'_>]) -> String {
         "{:<14} {:<10} {:>8} {:>8} {:>10} {:>10} {:>8}\n",
         "machine", "mode", "create", "boot", "reachable", "bootstrap", "total"
     );
-    for r in rows {
-        let t = r.timeline;
+    for (label, p) in done {
+        let t = &p.timeline;
         out.push_str(&format!(
             "{:<14} {:<10} {:>8} {:>8} {:>10} {:>10} {:>8}\n",
-            r.name,
-            r.label,
+            p.machine.name.as_str(),
+            label,
             secs(t.create_time()),
             secs(t.boot_time()),
             secs(t.reachable),
