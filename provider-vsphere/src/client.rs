@@ -102,36 +102,18 @@ impl ObjectContent {
     }
 }
 
-/// Builds the HTTP client. One function, so that moving to the workspace's shared
-/// HTTP crate changes one place.
+/// Builds the HTTP client (the workspace's shared one: verified TLS by default).
 pub(crate) fn http_client(
-    tls: &crate::config::Tls,
+    tls: &provider_http::TlsConfig,
     connect_timeout: Duration,
     timeout: Duration,
-) -> Result<reqwest::Client> {
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .timeout(timeout)
-        .http1_only()
-        .no_proxy();
-    match tls {
-        crate::config::Tls::SystemRoots => {}
-        crate::config::Tls::CaPem(pem) => {
-            let cert = reqwest::Certificate::from_pem(pem).map_err(|e| {
-                Error::invalid_spec("tls.caFile", format!("not a PEM certificate: {e}"))
-            })?;
-            builder = builder.tls_certs_merge([cert]);
-        }
-        crate::config::Tls::Insecure => {
-            tracing::warn!(
-                "vSphere TLS verification is OFF (insecure): anyone on the path can read the session"
-            );
-            builder = builder.tls_danger_accept_invalid_certs(true);
-        }
-    }
-    builder
-        .build()
-        .map_err(|e| Error::permanent(format!("building the HTTP client: {e}")))
+) -> Result<provider_http::HttpClient> {
+    provider_http::HttpClient::new(
+        &provider_http::HttpSettings::new()
+            .with_tls(tls.clone())
+            .with_connect_timeout(connect_timeout)
+            .with_timeout(timeout),
+    )
 }
 
 /// Why a call failed: a SOAP fault (looked at for NotAuthenticated) or anything else.
@@ -142,7 +124,7 @@ enum CallError {
 
 /// A vim25 SOAP client with one session.
 pub(crate) struct Client {
-    http: reqwest::Client,
+    http: provider_http::HttpClient,
     sdk_url: String,
     user: String,
     password: SecretString,
@@ -167,7 +149,7 @@ impl fmt::Debug for Client {
 impl Client {
     /// A client for the SDK endpoint `sdk_url` (`https://vc/sdk`); no call is made.
     pub fn new(
-        http: reqwest::Client,
+        http: provider_http::HttpClient,
         sdk_url: String,
         user: String,
         password: SecretString,
@@ -202,6 +184,7 @@ impl Client {
         );
         let mut request = self
             .http
+            .inner()
             .post(&self.sdk_url)
             .header("Content-Type", "text/xml; charset=utf-8")
             .header("SOAPAction", SOAP_ACTION)
@@ -209,10 +192,11 @@ impl Client {
         if let Some(cookie) = cookie {
             request = request.header("Cookie", cookie);
         }
-        let answer = request
-            .send()
+        let answer = self
+            .http
+            .send(request)
             .await
-            .map_err(|e| CallError::Other(errors::transport(method, &e)))?;
+            .map_err(|e| CallError::Other(e.context(method)))?;
         let status = answer.status();
         let set_cookie = answer
             .headers()

@@ -3,39 +3,13 @@
 //! a YAML document ([`VsphereConfig::from_yaml`]); and [`VmSettings`], the per-machine
 //! settings under a spec's `provider:`.
 
-use std::fmt;
 use std::time::Duration;
 
 use machine_core::{
     DEFAULT_OWNER, Error, MAX_TIMEOUT, MachineSpec, Result, SecretString, check_duration,
 };
+use provider_http::{CertFingerprint, TlsConfig};
 use serde::Deserialize;
-
-/// How the server's TLS certificate is checked.
-#[derive(Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Tls {
-    /// Verified against the system's roots (a vCenter with a public or company CA
-    /// installed system-wide).
-    #[default]
-    SystemRoots,
-    /// Verified against this PEM CA bundle (vCenter's VMCA root, from
-    /// `https://<vc>/certs/download.zip`) as well as the system's roots.
-    CaPem(Vec<u8>),
-    /// Not verified, and plain `http` allowed: for a lab only. Every client built
-    /// warns.
-    Insecure,
-}
-
-impl fmt::Debug for Tls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Tls::SystemRoots => f.write_str("SystemRoots"),
-            Tls::CaPem(pem) => write!(f, "CaPem({} bytes)", pem.len()),
-            Tls::Insecure => f.write_str("Insecure"),
-        }
-    }
-}
 
 /// Where and how a machine is cloned; every field optional, a spec's `provider:`
 /// overriding the config's `defaults`.
@@ -125,7 +99,7 @@ pub struct VsphereConfig {
     pub(crate) sdk_url: String,
     pub(crate) username: String,
     pub(crate) password: SecretString,
-    pub(crate) tls: Tls,
+    pub(crate) tls: TlsConfig,
     pub(crate) owner: String,
     pub(crate) datacenter: String,
     pub(crate) defaults: VmSettings,
@@ -143,6 +117,8 @@ pub struct VsphereConfigBuilder {
     password: Option<SecretString>,
     ca_file: Option<String>,
     ca_pem: Option<Vec<u8>>,
+    pinned_sha256: Option<CertFingerprint>,
+    pinned_text: Option<String>,
     insecure: bool,
     owner: Option<String>,
     datacenter: Option<String>,
@@ -161,6 +137,7 @@ struct ConfigFile {
     username: Option<String>,
     password: Option<String>,
     ca_file: Option<String>,
+    pinned_sha256: Option<String>,
     #[serde(default)]
     insecure: bool,
     owner: Option<String>,
@@ -190,6 +167,7 @@ impl VsphereConfig {
     /// | `VSPHERE_URL` | the vCenter URL (`https://vc.example.com`, `/sdk` added) |
     /// | `VSPHERE_USERNAME`, `VSPHERE_PASSWORD` | the login |
     /// | `VSPHERE_CA_FILE` | a PEM CA bundle to verify vCenter with |
+    /// | `VSPHERE_PINNED_SHA256` | the SHA-256 fingerprint of vCenter's certificate, hex |
     /// | `VSPHERE_INSECURE` | `true`: no TLS verification (lab only) |
     /// | `VSPHERE_DATACENTER` | the datacenter |
     /// | `PROVIDER_VSPHERE_OWNER` | the owner machines are tagged with |
@@ -207,7 +185,7 @@ impl VsphereConfig {
     /// url: https://vcenter.example.com
     /// username: provisioner@vsphere.local
     /// password: s3cret
-    /// caFile: /etc/ssl/vmca.pem       # or insecure: true (lab only)
+    /// caFile: /etc/ssl/vmca.pem       # or pinnedSha256: "ab:cd:...", or insecure: true
     /// owner: ci-cluster
     /// datacenter: DC0
     /// defaults:                       # VmSettings, as under a spec's `provider:`
@@ -220,11 +198,16 @@ impl VsphereConfig {
     pub fn from_yaml(yaml: &str) -> Result<VsphereConfigBuilder> {
         let f: ConfigFile = machine_core::from_yaml_redacting(yaml, |k| k == "password")?;
         f.defaults.check("defaults")?;
+        let pinned_sha256 = f
+            .pinned_sha256
+            .map(|p| parse_fingerprint(&p))
+            .transpose()?;
         let mut b = VsphereConfigBuilder {
             url: f.url,
             username: f.username,
             password: f.password.map(SecretString::from),
             ca_file: f.ca_file,
+            pinned_sha256,
             insecure: f.insecure,
             owner: f.owner,
             datacenter: f.datacenter,
@@ -296,6 +279,12 @@ impl VsphereConfig {
     }
 }
 
+/// A SHA-256 fingerprint from hex (colons allowed), or an error naming the field.
+fn parse_fingerprint(text: &str) -> Result<CertFingerprint> {
+    text.parse::<CertFingerprint>()
+        .map_err(|e| Error::invalid_spec("pinnedSha256", e.message().to_owned()))
+}
+
 /// A spec's `size`: `<cpus>x<memory MiB>` (`2x4096`).
 fn parse_size(size: &str) -> Result<(u32, u64)> {
     let bad = || {
@@ -330,6 +319,8 @@ impl VsphereConfigBuilder {
             username: get("VSPHERE_USERNAME"),
             password: get("VSPHERE_PASSWORD").map(SecretString::from),
             ca_file: get("VSPHERE_CA_FILE"),
+            // Kept as text until build, which names the field when it is malformed.
+            pinned_text: get("VSPHERE_PINNED_SHA256"),
             insecure: get("VSPHERE_INSECURE").is_some_and(|v| v == "true" || v == "1"),
             owner: get("PROVIDER_VSPHERE_OWNER"),
             datacenter: get("VSPHERE_DATACENTER"),
@@ -372,6 +363,13 @@ impl VsphereConfigBuilder {
     /// Verifies vCenter against this PEM CA bundle.
     pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Trusts exactly the certificate with this SHA-256 fingerprint (vCenter's
+    /// self-signed or VMCA-issued certificate), whatever its issuer or name.
+    pub fn pinned_sha256(mut self, fingerprint: CertFingerprint) -> Self {
+        self.pinned_sha256 = Some(fingerprint);
         self
     }
 
@@ -466,16 +464,24 @@ impl VsphereConfigBuilder {
         let password = self
             .password
             .ok_or_else(|| Error::invalid_spec("password", "no password (VSPHERE_PASSWORD)"))?;
+        let pinned = match (self.pinned_sha256, self.pinned_text) {
+            (Some(p), _) => Some(p),
+            (None, Some(t)) => Some(parse_fingerprint(&t)?),
+            (None, None) => None,
+        };
         let tls = if self.insecure {
-            Tls::Insecure
+            TlsConfig::new().insecure()
+        } else if let Some(p) = pinned {
+            TlsConfig::new().with_pinned_sha256(p)
         } else if let Some(pem) = self.ca_pem {
-            Tls::CaPem(pem)
+            TlsConfig::new().with_ca_pem(pem)
         } else if let Some(path) = self.ca_file {
-            Tls::CaPem(std::fs::read(&path).map_err(|e| {
-                Error::invalid_spec("caFile", format!("cannot read {path}: {e}"))
-            })?)
+            if !std::path::Path::new(&path).is_file() {
+                return Err(Error::invalid_spec("caFile", format!("no file {path}")));
+            }
+            TlsConfig::new().with_ca_file(path)
         } else {
-            Tls::SystemRoots
+            TlsConfig::new()
         };
         let owner = self.owner.unwrap_or_else(|| DEFAULT_OWNER.to_owned());
         if owner.is_empty() || owner.len() > 255 {

@@ -67,16 +67,9 @@ pub(crate) fn kind_of(fault: &str) -> ErrorKind {
     }
 }
 
-/// A transport failure (no answer) as an error: retried unless it was a refused
-/// certificate, which does not heal by itself.
+/// A failure reading the answer's body: retried.
 pub(crate) fn transport(what: &str, e: &reqwest::Error) -> Error {
     let chain = error_chain(e);
-    if chain.contains("certificate") || chain.contains("Certificate") {
-        return Error::new(
-            ErrorKind::Unauthorized,
-            format!("{what}: the server's TLS certificate was refused: {chain}"),
-        );
-    }
     if e.is_timeout() {
         return Error::timeout(format!("{what}: no answer in time: {chain}"));
     }

@@ -53,5 +53,6 @@ mod client;
 mod errors;
 mod xml;
 
-pub use config::{Tls, VsphereConfig, VsphereConfigBuilder, VmSettings};
+pub use config::{VmSettings, VsphereConfig, VsphereConfigBuilder};
+pub use provider_http::{CertFingerprint, TlsConfig};
 pub use provider::{USER_DATA_LIMIT, VsphereProvider};

@@ -15,15 +15,23 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"math/big"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/find"
@@ -43,7 +51,11 @@ func main() {
 	model.Service.RegisterEndpoints = true
 	model.Service.Listen = &url.URL{Host: *listen}
 	if *useTLS {
-		model.Service.TLS = new(tls.Config)
+		cert, err := selfSigned()
+		if err != nil {
+			fail(err)
+		}
+		model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 	server := model.Service.NewServer()
 	defer server.Close()
@@ -93,6 +105,30 @@ func markTemplate(u *url.URL, name string) error {
 		return err
 	}
 	return vm.MarkAsTemplate(ctx)
+}
+
+// selfSigned makes a fresh P-256 certificate for 127.0.0.1 and localhost: httptest's
+// built-in one has a 1024-bit RSA key, which rustls (rightly) refuses to verify.
+func selfSigned() (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	template := x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "vcsim"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:     []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &template, &template, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 func fail(err error) {
