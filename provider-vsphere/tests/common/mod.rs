@@ -2,6 +2,8 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod admin;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
