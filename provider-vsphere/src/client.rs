@@ -204,7 +204,10 @@ impl Client {
             .iter()
             .filter_map(|v| v.to_str().ok())
             .find_map(session_cookie);
-        if answer.content_length().is_some_and(|n| n > MAX_ANSWER as u64) {
+        if answer
+            .content_length()
+            .is_some_and(|n| n > MAX_ANSWER as u64)
+        {
             return Err(CallError::Other(Error::permanent(format!(
                 "{method}: the answer is over {MAX_ANSWER} bytes"
             ))));
@@ -382,7 +385,9 @@ impl Client {
                 };
                 let props = o
                     .children_named("propSet")
-                    .filter_map(|p| Some((p.child_text("name")?.to_owned(), p.child("val")?.clone())))
+                    .filter_map(|p| {
+                        Some((p.child_text("name")?.to_owned(), p.child("val")?.clone()))
+                    })
                     .collect();
                 out.push(ObjectContent { obj, props });
             }
@@ -396,7 +401,10 @@ impl Client {
 
     /// Properties of one object; `None` when it does not exist (any more).
     pub async fn properties(&self, obj: &Moref, paths: &[&str]) -> Result<Option<ObjectContent>> {
-        let spec = format!("<objectSet>{}<skip>false</skip></objectSet>", obj.xml("obj"));
+        let spec = format!(
+            "<objectSet>{}<skip>false</skip></objectSet>",
+            obj.xml("obj")
+        );
         match self.retrieve(&obj.kind, paths, &spec).await {
             Ok(mut v) => Ok(v.pop()),
             Err(e) if e.kind() == machine_core::ErrorKind::NotFound => Ok(None),
@@ -501,7 +509,11 @@ fn session_cookie(header: &str) -> Option<String> {
 
 /// A `soapenv:Fault`: the type from the detail's element, the words from `faultstring`.
 fn read_soap_fault(fault: &Element) -> Fault {
-    let message = fault.child_text("faultstring").unwrap_or("").trim().to_owned();
+    let message = fault
+        .child_text("faultstring")
+        .unwrap_or("")
+        .trim()
+        .to_owned();
     let detail = fault.child("detail").and_then(|d| d.children.first());
     let kind = detail
         .map(|d| {
@@ -510,7 +522,9 @@ fn read_soap_fault(fault: &Element) -> Fault {
                 .unwrap_or_else(|| d.name.strip_suffix("Fault").unwrap_or(&d.name).to_owned())
         })
         .unwrap_or_default();
-    let property = detail.and_then(|d| d.child_text("invalidProperty")).map(str::to_owned);
+    let property = detail
+        .and_then(|d| d.child_text("invalidProperty"))
+        .map(str::to_owned);
     Fault {
         kind,
         message,

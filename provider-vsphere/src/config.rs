@@ -41,7 +41,10 @@ impl VmSettings {
         VmSettings {
             template: over.template.clone().or_else(|| self.template.clone()),
             folder: over.folder.clone().or_else(|| self.folder.clone()),
-            resource_pool: over.resource_pool.clone().or_else(|| self.resource_pool.clone()),
+            resource_pool: over
+                .resource_pool
+                .clone()
+                .or_else(|| self.resource_pool.clone()),
             datastore: over.datastore.clone().or_else(|| self.datastore.clone()),
             num_cpus: over.num_cpus.or(self.num_cpus),
             memory_mib: over.memory_mib.or(self.memory_mib),
@@ -70,7 +73,7 @@ impl VmSettings {
             ));
         }
         if let Some(m) = self.memory_mib
-            && (m == 0 || m % 4 != 0)
+            && (m == 0 || !m.is_multiple_of(4))
         {
             return Err(Error::invalid_spec(
                 format!("{at}.memoryMiB"),
@@ -198,10 +201,7 @@ impl VsphereConfig {
     pub fn from_yaml(yaml: &str) -> Result<VsphereConfigBuilder> {
         let f: ConfigFile = machine_core::from_yaml_redacting(yaml, |k| k == "password")?;
         f.defaults.check("defaults")?;
-        let pinned_sha256 = f
-            .pinned_sha256
-            .map(|p| parse_fingerprint(&p))
-            .transpose()?;
+        let pinned_sha256 = f.pinned_sha256.map(|p| parse_fingerprint(&p)).transpose()?;
         let mut b = VsphereConfigBuilder {
             url: f.url,
             username: f.username,
@@ -302,7 +302,7 @@ fn parse_size(size: &str) -> Result<(u32, u64)> {
     if cpus == 0 {
         return Err(Error::invalid_spec("size", "at least 1 CPU"));
     }
-    if mem == 0 || mem % 4 != 0 {
+    if mem == 0 || !mem.is_multiple_of(4) {
         return Err(Error::invalid_spec(
             "size",
             format!("memory {mem} MiB is not a positive multiple of 4"),
@@ -429,7 +429,10 @@ impl VsphereConfigBuilder {
             .url
             .ok_or_else(|| Error::invalid_spec("url", "no vCenter URL (VSPHERE_URL)"))?;
         let parsed = reqwest::Url::parse(&url).map_err(|e| {
-            Error::invalid_spec("url", format!("{} is not a URL: {e}", machine_core::shown(&url)))
+            Error::invalid_spec(
+                "url",
+                format!("{} is not a URL: {e}", machine_core::shown(&url)),
+            )
         })?;
         match parsed.scheme() {
             "https" => {}
@@ -490,7 +493,9 @@ impl VsphereConfigBuilder {
         let datacenter = self
             .datacenter
             .filter(|d| !d.trim().is_empty())
-            .ok_or_else(|| Error::invalid_spec("datacenter", "no datacenter (VSPHERE_DATACENTER)"))?;
+            .ok_or_else(|| {
+                Error::invalid_spec("datacenter", "no datacenter (VSPHERE_DATACENTER)")
+            })?;
         self.defaults.check("defaults")?;
         let d = |v: Option<Duration>, default: u64, field: &str| -> Result<Duration> {
             let v = v.unwrap_or(Duration::from_secs(default));
@@ -550,7 +555,10 @@ mod tests {
         };
         assert_eq!(field(base().defaults(odd)), "defaults.memoryMiB");
         assert!(base().url("http://vc").insecure(true).build().is_ok());
-        assert_eq!(base().build().unwrap().sdk_url(), "https://vc.example.com/sdk");
+        assert_eq!(
+            base().build().unwrap().sdk_url(),
+            "https://vc.example.com/sdk"
+        );
     }
 
     #[test]

@@ -27,11 +27,14 @@ impl Fault {
         };
         match kind_of(&self.kind) {
             ErrorKind::InvalidSpec => {
-                let field = self.property.clone().unwrap_or_else(|| match self.kind.as_str() {
-                    "InvalidName" => "name".to_owned(),
-                    "InvalidDatastore" | "InvalidDatastorePath" => "datastore".to_owned(),
-                    _ => "spec".to_owned(),
-                });
+                let field = self
+                    .property
+                    .clone()
+                    .unwrap_or_else(|| match self.kind.as_str() {
+                        "InvalidName" => "name".to_owned(),
+                        "InvalidDatastore" | "InvalidDatastorePath" => "datastore".to_owned(),
+                        _ => "spec".to_owned(),
+                    });
                 Error::invalid_spec(field, text)
             }
             kind => Error::new(kind, text),
@@ -49,14 +52,24 @@ pub(crate) fn kind_of(fault: &str) -> ErrorKind {
             ErrorKind::Unauthorized
         }
         "ManagedObjectNotFound" | "NotFound" | "FileNotFound" => ErrorKind::NotFound,
-        "InvalidPowerState" | "DuplicateName" | "InvalidState" | "AlreadyExists"
+        "InvalidPowerState"
+        | "DuplicateName"
+        | "InvalidState"
+        | "AlreadyExists"
         | "VmConfigIncompatibleForPowerOn" => ErrorKind::Conflict,
         "TaskInProgress" | "ConcurrentAccess" | "HostCommunication" | "HostNotConnected"
         | "HostNotReachable" | "SystemError" | "Timedout" => ErrorKind::Transient,
         "RequestCanceled" => ErrorKind::Cancelled,
-        "InvalidArgument" | "InvalidProperty" | "InvalidRequest" | "InvalidName"
-        | "InvalidType" | "InvalidDatastore" | "InvalidDatastorePath" | "NotSupported"
-        | "InvalidDeviceSpec" | "InvalidVmConfig" => ErrorKind::InvalidSpec,
+        "InvalidArgument"
+        | "InvalidProperty"
+        | "InvalidRequest"
+        | "InvalidName"
+        | "InvalidType"
+        | "InvalidDatastore"
+        | "InvalidDatastorePath"
+        | "NotSupported"
+        | "InvalidDeviceSpec"
+        | "InvalidVmConfig" => ErrorKind::InvalidSpec,
         f if f.starts_with("Insufficient") || f.starts_with("NotEnough") => {
             ErrorKind::QuotaExceeded
         }
@@ -140,6 +153,9 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::InvalidSpec);
         assert_eq!(e.field(), Some("spec.location.pool"));
         assert!(e.to_string().contains("InvalidArgument"), "{e}");
-        assert_eq!(fault("InvalidName", None).to_error("x").field(), Some("name"));
+        assert_eq!(
+            fault("InvalidName", None).to_error("x").field(),
+            Some("name")
+        );
     }
 }

@@ -54,5 +54,5 @@ mod errors;
 mod xml;
 
 pub use config::{VmSettings, VsphereConfig, VsphereConfigBuilder};
-pub use provider_http::{CertFingerprint, TlsConfig};
 pub use provider::{USER_DATA_LIMIT, VsphereProvider};
+pub use provider_http::{CertFingerprint, TlsConfig};

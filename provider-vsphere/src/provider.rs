@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use machine_core::{
-    Capabilities, Error, ErrorKind, Labels, Machine, MachineName, MachineProvisioner,
-    MachineSpec, PowerOp, PowerOperations, ProviderId, Result, SizeBasis, UserData,
-    UserDataDelivery, UserDataFormat, user_data,
+    Capabilities, Error, ErrorKind, Labels, Machine, MachineName, MachineProvisioner, MachineSpec,
+    PowerOp, PowerOperations, ProviderId, Result, SizeBasis, UserData, UserDataDelivery,
+    UserDataFormat, user_data,
 };
 use tokio::sync::OnceCell;
 
@@ -33,7 +33,11 @@ pub struct VsphereProvider {
 
 impl fmt::Display for VsphereProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "vsphere({}, owner {})", self.config.sdk_url, self.config.owner)
+        write!(
+            f,
+            "vsphere({}, owner {})",
+            self.config.sdk_url, self.config.owner
+        )
     }
 }
 
@@ -110,12 +114,18 @@ impl VsphereProvider {
         self.vm_root
             .get_or_try_init(|| async {
                 let path = format!("{}/vm", self.config.datacenter);
-                self.client.find_by_inventory_path(&path).await?.ok_or_else(|| {
-                    Error::invalid_spec(
-                        "datacenter",
-                        format!("no datacenter {:?} (no folder {path})", self.config.datacenter),
-                    )
-                })
+                self.client
+                    .find_by_inventory_path(&path)
+                    .await?
+                    .ok_or_else(|| {
+                        Error::invalid_spec(
+                            "datacenter",
+                            format!(
+                                "no datacenter {:?} (no folder {path})",
+                                self.config.datacenter
+                            ),
+                        )
+                    })
             })
             .await
     }
@@ -196,7 +206,9 @@ impl VsphereProvider {
     async fn power_task(&self, method: &str, vm: &Moref) -> Result<()> {
         match self.client.task(method, &vm.xml("_this")).await {
             Ok(_) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::Conflict && e.message().contains("InvalidPowerState") => {
+            Err(e)
+                if e.kind() == ErrorKind::Conflict && e.message().contains("InvalidPowerState") =>
+            {
                 Ok(())
             }
             Err(e) => Err(e),
@@ -214,7 +226,12 @@ impl VsphereProvider {
             _ => {}
         }
         // Soft first: a guest without VMware Tools refuses, and the hard stop follows.
-        if self.client.call("ShutdownGuest", &vm.xml("_this")).await.is_ok() {
+        if self
+            .client
+            .call("ShutdownGuest", &vm.xml("_this"))
+            .await
+            .is_ok()
+        {
             let deadline = tokio::time::Instant::now() + self.config.soft_stop_timeout;
             let mut pause = Duration::from_millis(50);
             loop {
@@ -249,10 +266,7 @@ impl VsphereProvider {
     /// a VM is never visible without its owner and name).
     fn clone_body(
         &self,
-        template: &Moref,
-        folder: &Moref,
-        pool: &Moref,
-        datastore: Option<&Moref>,
+        place: &Placement,
         plan: &ClonePlan,
         spec: &MachineSpec,
         user_data: Option<&UserData>,
@@ -280,18 +294,26 @@ impl VsphereProvider {
             config.push_str(&option_value(guestinfo::USERDATA_ENCODING, enc));
         }
         let mut location = String::new();
-        if let Some(ds) = datastore {
+        if let Some(ds) = &place.datastore {
             location.push_str(&ds.xml("datastore"));
         }
-        location.push_str(&pool.xml("pool"));
+        location.push_str(&place.pool.xml("pool"));
         Ok(format!(
             "{}{}<name>{}</name><spec><location>{location}</location><template>false</template>\
              <config>{config}</config><powerOn>false</powerOn></spec>",
-            template.xml("_this"),
-            folder.xml("folder"),
+            place.template.xml("_this"),
+            place.folder.xml("folder"),
             crate::xml::escape(spec.name.as_str()),
         ))
     }
+}
+
+/// The objects a clone names, resolved from their inventory paths.
+struct Placement {
+    template: Moref,
+    folder: Moref,
+    pool: Moref,
+    datastore: Option<Moref>,
 }
 
 /// A random number for the instance id (so a recreated machine is a new instance to
@@ -323,15 +345,17 @@ impl MachineProvisioner for VsphereProvider {
         user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
         let plan = self.config.plan(spec)?;
         if let Some(existing) = self.named(&spec.name).await?.into_iter().next() {
-            return existing
-                .machine()
-                .ok_or_else(|| Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name)));
+            return existing.machine().ok_or_else(|| {
+                Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name))
+            });
         }
         let (template_path, template_field) = &plan.template;
         let template = self
             .resolve(template_path, template_field, "VirtualMachine")
             .await?;
-        let folder = self.resolve(&plan.folder, "provider.folder", "Folder").await?;
+        let folder = self
+            .resolve(&plan.folder, "provider.folder", "Folder")
+            .await?;
         let pool = self
             .resolve(&plan.resource_pool, "provider.resourcePool", "ResourcePool")
             .await?;
@@ -339,31 +363,28 @@ impl MachineProvisioner for VsphereProvider {
             Some(ds) => Some(self.resolve(ds, "provider.datastore", "Datastore").await?),
             None => None,
         };
-        let body = self.clone_body(
-            &template,
-            &folder,
-            &pool,
-            datastore.as_ref(),
-            &plan,
-            spec,
-            user_data,
-        )?;
+        let place = Placement {
+            template,
+            folder,
+            pool,
+            datastore,
+        };
+        let body = self.clone_body(&place, &plan, spec, user_data)?;
         let result = self.client.task("CloneVM_Task", &body).await?;
         let mine = result
             .as_ref()
             .and_then(Moref::from_element)
             .ok_or_else(|| Error::transient("CloneVM_Task: no VM in the task's result"))?;
         let named = self.named(&spec.name).await?;
-        let winner = named
-            .first()
-            .cloned()
-            .ok_or_else(|| Error::transient(format!("{self}: the clone of {} vanished", spec.name)))?;
+        let winner = named.first().cloned().ok_or_else(|| {
+            Error::transient(format!("{self}: the clone of {} vanished", spec.name))
+        })?;
         if winner.moref != mine {
             tracing::info!(name = %spec.name, "another create won the race; destroying this clone");
             self.destroy(&mine).await?;
-            return winner
-                .machine()
-                .ok_or_else(|| Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name)));
+            return winner.machine().ok_or_else(|| {
+                Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name))
+            });
         }
         // vCenter applies the clone spec's CPU and memory; vcsim does not, so set them
         // again (a no-op where they are already right).
@@ -375,8 +396,11 @@ impl MachineProvisioner for VsphereProvider {
             if let Some(m) = plan.memory_mib {
                 let _ = write!(hw, "<memoryMB>{m}</memoryMB>");
             }
-            self.reconfigure(&mine, &format!("<spec xsi:type=\"VirtualMachineConfigSpec\">{hw}</spec>"))
-                .await?;
+            self.reconfigure(
+                &mine,
+                &format!("<spec xsi:type=\"VirtualMachineConfigSpec\">{hw}</spec>"),
+            )
+            .await?;
         }
         self.power_task("PowerOnVM_Task", &mine).await?;
         let vm = self
@@ -384,7 +408,9 @@ impl MachineProvisioner for VsphereProvider {
             .properties(&mine, PATHS)
             .await?
             .map(|o| Vm::from_content(&o))
-            .ok_or_else(|| Error::transient(format!("{self}: {} vanished after power-on", spec.name)))?;
+            .ok_or_else(|| {
+                Error::transient(format!("{self}: {} vanished after power-on", spec.name))
+            })?;
         vm.machine()
             .ok_or_else(|| Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name)))
     }

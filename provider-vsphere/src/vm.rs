@@ -6,7 +6,6 @@ use machine_core::{Address, AddressKind, Labels, Machine, MachineName, Phase, Pr
 
 use crate::client::{Moref, ObjectContent};
 
-
 /// The owner key.
 pub const OWNER_KEY: &str = "machineprovisioning.owner";
 /// The machine name key.
@@ -77,7 +76,10 @@ impl Vm {
         }
         Vm {
             moref: o.obj.clone(),
-            uuid: o.text("config.uuid").map(str::to_owned).filter(|u| !u.is_empty()),
+            uuid: o
+                .text("config.uuid")
+                .map(str::to_owned)
+                .filter(|u| !u.is_empty()),
             template: o.text("config.template") == Some("true"),
             power: o.text("runtime.powerState").unwrap_or("").to_owned(),
             extra,
@@ -157,4 +159,3 @@ pub(crate) fn option_value(key: &str, value: &str) -> String {
         crate::xml::escape(value)
     )
 }
-

@@ -212,7 +212,14 @@ mod tests {
 
     #[test]
     fn broken_documents_are_errors() {
-        for doc in [&b"<a><b></a>"[..], b"<a>", b"", b"<x:a/>", b"<a/><b/>", b"\xff"] {
+        for doc in [
+            &b"<a><b></a>"[..],
+            b"<a>",
+            b"",
+            b"<x:a/>",
+            b"<a/><b/>",
+            b"\xff",
+        ] {
             assert!(parse(doc).is_err(), "{:?}", String::from_utf8_lossy(doc));
         }
         let deep = "<a>".repeat(10_000);

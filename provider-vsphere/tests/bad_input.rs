@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use machine_core::{
-    ErrorKind, MachineName, MachineProvisioner, MachineSpec, SecretString, UserData,
-    UserDataFormat,
+    ErrorKind, MachineName, MachineProvisioner, MachineSpec, SecretString, UserData, UserDataFormat,
 };
 use provider_vsphere::{USER_DATA_LIMIT, VsphereConfig, VsphereProvider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -53,11 +52,14 @@ fn spec() -> MachineSpec {
 
 #[tokio::test]
 async fn bad_specs_are_refused_by_field_before_any_call() {
-    let (url, count) = server(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n").await;
+    let (url, count) =
+        server(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n").await;
     let p = provider(&url);
     let big = UserData::new(
         UserDataFormat::CloudConfig,
-        (0..USER_DATA_LIMIT).map(|_| fastrand::alphanumeric()).collect::<String>(),
+        (0..USER_DATA_LIMIT)
+            .map(|_| fastrand::alphanumeric())
+            .collect::<String>(),
     );
     let cases: Vec<(MachineSpec, Option<UserData>, &str)> = vec![
         (spec().with_image(""), None, "image"),
@@ -84,7 +86,11 @@ async fn bad_specs_are_refused_by_field_before_any_call() {
             None,
             "provider.colour",
         ),
-        (spec().with_provider(serde_json::json!({})), None, "provider.resourcePool"),
+        (
+            spec().with_provider(serde_json::json!({})),
+            None,
+            "provider.resourcePool",
+        ),
         (spec(), Some(big), "userData"),
     ];
     for (spec, ud, field) in cases {
@@ -92,7 +98,11 @@ async fn bad_specs_are_refused_by_field_before_any_call() {
         assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{field}: {e}");
         assert_eq!(e.field(), Some(field), "{e}");
     }
-    assert_eq!(count.load(Ordering::SeqCst), 0, "a call was made for a bad spec");
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        0,
+        "a call was made for a bad spec"
+    );
 }
 
 #[tokio::test]

@@ -13,7 +13,10 @@ use machine_core::{MachineProvisioner, RetryPolicy};
 use common::Vcsim;
 
 fn fixture() -> Fixture {
-    let mut fx = Fixture::new("vsphere://00000000-0000-0000-0000-000000000000", common::spec);
+    let mut fx = Fixture::new(
+        "vsphere://00000000-0000-0000-0000-000000000000",
+        common::spec,
+    );
     fx.timeout = Duration::from_secs(30);
     fx.boot_timeout = Duration::from_secs(30);
     fx
@@ -48,7 +51,7 @@ async fn conformance_through_retrying_over_injected_faults() {
     let wrap = |owner: &str| -> Arc<dyn MachineProvisioner> {
         let p = FaultInjecting::new(common::provider(&vcsim, owner), faults.clone())
             .expect("fault config");
-        Arc::new(Retrying::new(p, policy.clone()))
+        Arc::new(Retrying::new(p, policy))
     };
     conformance::run_all(
         &Clients::new(wrap(&owner), wrap(&owner), wrap(&format!("{owner}-other"))),

@@ -33,7 +33,11 @@ async fn user_data_round_trips_through_guestinfo_and_is_scrubbed() {
         .await
         .expect("create");
 
-    let back = p.user_data(&m.provider_id).await.expect("user_data").expect("some");
+    let back = p
+        .user_data(&m.provider_id)
+        .await
+        .expect("user_data")
+        .expect("some");
     // Stored compressed, as cloud-init's VMware datasource reads gzip+base64.
     assert_eq!(back.encoding, ContentEncoding::Gzip);
     assert_eq!(back.decoded().unwrap(), ud.bytes);
@@ -51,11 +55,16 @@ async fn user_data_round_trips_through_guestinfo_and_is_scrubbed() {
 
     p.scrub_user_data(&m.provider_id).await.expect("scrub");
     assert!(
-        p.user_data(&m.provider_id).await.expect("user_data").is_none(),
+        p.user_data(&m.provider_id)
+            .await
+            .expect("user_data")
+            .is_none(),
         "user data still readable after the scrub"
     );
     // Scrubbing again is a no-op, and the machine is unharmed.
-    p.scrub_user_data(&m.provider_id).await.expect("second scrub");
+    p.scrub_user_data(&m.provider_id)
+        .await
+        .expect("second scrub");
     assert!(p.get(&m.provider_id).await.expect("get").phase.is_running());
     p.delete(&m.provider_id).await.expect("delete");
 }
@@ -65,11 +74,16 @@ async fn a_guest_ip_reported_later_becomes_an_address() {
     let vcsim = Vcsim::start();
     let p = common::provider(&vcsim, &common::owner("ip"));
     let admin = Admin::login(&vcsim).await;
-    let m = p.create(&common::spec_named("ip-1"), None).await.expect("create");
+    let m = p
+        .create(&common::spec_named("ip-1"), None)
+        .await
+        .expect("create");
     assert!(m.address(AddressKind::InternalIP) != Some("10.11.12.13"));
     // What VMware Tools does once the guest has booted.
     let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
-    admin.set_extra(&vm, "SET.guest.ipAddress", "10.11.12.13").await;
+    admin
+        .set_extra(&vm, "SET.guest.ipAddress", "10.11.12.13")
+        .await;
     let got = p.get(&m.provider_id).await.expect("get");
     assert_eq!(got.address(AddressKind::InternalIP), Some("10.11.12.13"));
     p.delete(&m.provider_id).await.expect("delete");
@@ -81,10 +95,16 @@ async fn a_new_process_adopts_what_a_crashed_one_made() {
     let owner = common::owner("adopt");
     let admin = Admin::login(&vcsim).await;
     let first = common::provider(&vcsim, &owner);
-    let made = first.create(&common::spec_named("adopt-1"), None).await.expect("create");
+    let made = first
+        .create(&common::spec_named("adopt-1"), None)
+        .await
+        .expect("create");
     drop(first); // no logout: the process died
     let second = common::provider(&vcsim, &owner);
-    let again = second.create(&common::spec_named("adopt-1"), None).await.expect("create");
+    let again = second
+        .create(&common::spec_named("adopt-1"), None)
+        .await
+        .expect("create");
     assert_eq!(again.provider_id, made.provider_id);
     assert_eq!(admin.count_named("adopt-1").await, 1);
     second.delete(&made.provider_id).await.expect("delete");
@@ -112,8 +132,16 @@ async fn four_controllers_creating_one_name_at_once_leave_one_vm() {
         ids.push(t.await.unwrap().expect("create").provider_id);
     }
     ids.dedup();
-    assert_eq!(ids.len(), 1, "controllers were told different machines: {ids:?}");
-    assert_eq!(admin.count_named("race-1").await, 1, "duplicates left standing");
+    assert_eq!(
+        ids.len(),
+        1,
+        "controllers were told different machines: {ids:?}"
+    );
+    assert_eq!(
+        admin.count_named("race-1").await,
+        1,
+        "duplicates left standing"
+    );
     providers[0].delete(&ids[0]).await.expect("delete");
     assert_eq!(admin.count_named("race-1").await, 0);
 }
@@ -157,14 +185,24 @@ async fn bad_inventory_paths_are_invalid_specs_naming_the_field() {
         assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{field}: {e}");
         assert!(!e.is_retryable());
         assert_eq!(e.field(), Some(field), "{e}");
-        assert_eq!(admin.count_named(spec.name.as_str()).await, 0, "{field}: a VM was made");
+        assert_eq!(
+            admin.count_named(spec.name.as_str()).await,
+            0,
+            "{field}: a VM was made"
+        );
     }
     let lost = VsphereProvider::new(
-        common::config(&vcsim, "x").datacenter("NoSuchDC").build().unwrap(),
+        common::config(&vcsim, "x")
+            .datacenter("NoSuchDC")
+            .build()
+            .unwrap(),
     )
     .unwrap();
     let e = lost.find(&"x".parse().unwrap()).await.unwrap_err();
-    assert_eq!((e.kind(), e.field()), (ErrorKind::InvalidSpec, Some("datacenter")));
+    assert_eq!(
+        (e.kind(), e.field()),
+        (ErrorKind::InvalidSpec, Some("datacenter"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,13 +210,19 @@ async fn a_wrong_pin_or_no_trust_is_refused_before_any_login() {
     let vcsim = Vcsim::start();
     let wrong: CertFingerprint = "00".repeat(32).parse().unwrap();
     let pinned = VsphereProvider::new(
-        common::config(&vcsim, "pin").pinned_sha256(wrong).build().unwrap(),
+        common::config(&vcsim, "pin")
+            .pinned_sha256(wrong)
+            .build()
+            .unwrap(),
     )
     .unwrap();
     let e = pinned.find(&"x".parse().unwrap()).await.unwrap_err();
     assert!(!e.is_retryable(), "{e}");
     assert!(e.to_string().contains("not trusted"), "{e}");
-    assert!(e.to_string().contains(&vcsim.fingerprint.to_string()), "{e}");
+    assert!(
+        e.to_string().contains(&vcsim.fingerprint.to_string()),
+        "{e}"
+    );
     // The default (system roots) does not trust a self-signed vCenter either.
     let default = VsphereProvider::new(
         provider_vsphere::VsphereConfig::builder()
@@ -199,10 +243,19 @@ async fn an_expired_session_is_renewed_once() {
     let vcsim = Vcsim::start();
     let p = common::provider(&vcsim, &common::owner("session"));
     let admin = Admin::login(&vcsim).await;
-    let m = p.create(&common::spec_named("sess-1"), None).await.expect("create");
-    assert!(admin.terminate_other_sessions().await >= 1, "no provider session to end");
+    let m = p
+        .create(&common::spec_named("sess-1"), None)
+        .await
+        .expect("create");
+    assert!(
+        admin.terminate_other_sessions().await >= 1,
+        "no provider session to end"
+    );
     // The next call meets NotAuthenticated, logs in again and succeeds.
-    let got = p.get(&m.provider_id).await.expect("get after the session ended");
+    let got = p
+        .get(&m.provider_id)
+        .await
+        .expect("get after the session ended");
     assert_eq!(got.provider_id, m.provider_id);
     p.delete(&m.provider_id).await.expect("delete");
 }
