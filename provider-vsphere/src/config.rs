@@ -33,6 +33,13 @@ pub struct VmSettings {
     /// Memory in MiB, a multiple of 4; default the template's.
     #[serde(rename = "memoryMiB")]
     pub memory_mib: Option<u64>,
+    /// The size of the first disk in GiB; it can grow, not shrink. Default the
+    /// template's.
+    #[serde(rename = "diskGiB")]
+    pub disk_gib: Option<u64>,
+    /// The network of the first network card, an inventory path
+    /// (`DC0/network/VM Network`); standard port groups. Default the template's.
+    pub network: Option<String>,
 }
 
 impl VmSettings {
@@ -48,6 +55,8 @@ impl VmSettings {
             datastore: over.datastore.clone().or_else(|| self.datastore.clone()),
             num_cpus: over.num_cpus.or(self.num_cpus),
             memory_mib: over.memory_mib.or(self.memory_mib),
+            disk_gib: over.disk_gib.or(self.disk_gib),
+            network: over.network.clone().or_else(|| self.network.clone()),
         }
     }
 
@@ -58,6 +67,7 @@ impl VmSettings {
             ("folder", &self.folder),
             ("resourcePool", &self.resource_pool),
             ("datastore", &self.datastore),
+            ("network", &self.network),
         ] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
                 return Err(Error::invalid_spec(
@@ -69,6 +79,12 @@ impl VmSettings {
         if self.num_cpus == Some(0) {
             return Err(Error::invalid_spec(
                 format!("{at}.numCPUs"),
+                "must be at least 1",
+            ));
+        }
+        if self.disk_gib == Some(0) {
+            return Err(Error::invalid_spec(
+                format!("{at}.diskGiB"),
                 "must be at least 1",
             ));
         }
@@ -94,6 +110,8 @@ pub(crate) struct ClonePlan {
     pub datastore: Option<String>,
     pub num_cpus: Option<u32>,
     pub memory_mib: Option<u64>,
+    pub disk_gib: Option<u64>,
+    pub network: Option<String>,
 }
 
 /// The configuration of a [`crate::VsphereProvider`].
@@ -275,6 +293,8 @@ impl VsphereConfig {
             datastore: s.datastore.clone(),
             num_cpus: s.num_cpus,
             memory_mib: s.memory_mib,
+            disk_gib: s.disk_gib,
+            network: s.network.clone(),
         })
     }
 }

@@ -262,6 +262,47 @@ impl VsphereProvider {
         }
     }
 
+    /// Sets CPU, memory, disk size and network on the (powered-off) clone. vCenter
+    /// applies the clone spec's CPU and memory itself but vcsim does not, and a disk or
+    /// network edit needs the clone's own devices; one reconfigure does all.
+    async fn apply_hardware(
+        &self,
+        vm: &Moref,
+        plan: &ClonePlan,
+        network: Option<&Moref>,
+    ) -> Result<()> {
+        let mut spec = String::new();
+        if let Some(c) = plan.num_cpus {
+            let _ = write!(spec, "<numCPUs>{c}</numCPUs>");
+        }
+        if let Some(m) = plan.memory_mib {
+            let _ = write!(spec, "<memoryMB>{m}</memoryMB>");
+        }
+        if plan.disk_gib.is_some() || plan.network.is_some() {
+            let devices = self
+                .client
+                .properties(vm, &["config.hardware.device"])
+                .await?
+                .and_then(|o| o.prop("config.hardware.device").cloned())
+                .unwrap_or_default();
+            if let Some(gib) = plan.disk_gib {
+                spec.push_str(&disk_edit(&devices, gib)?);
+            }
+            if let (Some(path), Some(network)) = (&plan.network, network) {
+                let name = path.rsplit('/').next().unwrap_or(path);
+                spec.push_str(&nic_edit(&devices, network, name)?);
+            }
+        }
+        if spec.is_empty() {
+            return Ok(());
+        }
+        self.reconfigure(
+            vm,
+            &format!("<spec xsi:type=\"VirtualMachineConfigSpec\">{spec}</spec>"),
+        )
+        .await
+    }
+
     /// The clone spec: where, how big, and the tags and guestinfo in extraConfig (so
     /// a VM is never visible without its owner and name).
     fn clone_body(
@@ -306,6 +347,72 @@ impl VsphereProvider {
             crate::xml::escape(spec.name.as_str()),
         ))
     }
+}
+
+/// A deviceChange growing the first disk to `gib`.
+fn disk_edit(devices: &crate::xml::Element, gib: u64) -> Result<String> {
+    let mut disk = devices
+        .children
+        .iter()
+        .find(|d| d.xsi_type() == Some("VirtualDisk"))
+        .cloned()
+        .ok_or_else(|| Error::invalid_spec("provider.diskGiB", "the template has no disk"))?;
+    let kib = gib * 1024 * 1024;
+    let current: u64 = disk
+        .child_text("capacityInKB")
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
+    if kib < current {
+        return Err(Error::invalid_spec(
+            "provider.diskGiB",
+            format!(
+                "{gib} GiB is smaller than the template's disk ({} GiB): disks only grow",
+                current.div_ceil(1024 * 1024)
+            ),
+        ));
+    }
+    for c in &mut disk.children {
+        match c.name.as_str() {
+            "capacityInKB" => c.text = kib.to_string(),
+            "capacityInBytes" => c.text = (kib * 1024).to_string(),
+            _ => {}
+        }
+    }
+    Ok(format!(
+        "<deviceChange><operation>edit</operation>{}</deviceChange>",
+        disk.to_xml("device")
+    ))
+}
+
+/// A deviceChange putting the first network card on the standard port group `network`.
+fn nic_edit(devices: &crate::xml::Element, network: &Moref, name: &str) -> Result<String> {
+    let mut nic = devices
+        .children
+        .iter()
+        .find(|d| d.child("macAddress").is_some() || d.child("addressType").is_some())
+        .cloned()
+        .ok_or_else(|| {
+            Error::invalid_spec("provider.network", "the template has no network card")
+        })?;
+    let backing = format!(
+        "<backing xsi:type=\"VirtualEthernetCardNetworkBackingInfo\"><deviceName>{}</deviceName>{}</backing>",
+        crate::xml::escape(name),
+        network.xml("network")
+    );
+    let mut xml = String::new();
+    for c in &nic.children {
+        if c.name == "backing" {
+            xml.push_str(&backing);
+        } else {
+            xml.push_str(&c.to_xml(&c.name));
+        }
+    }
+    nic.children.clear();
+    let ty = nic.xsi_type().unwrap_or("VirtualEthernetCard").to_owned();
+    Ok(format!(
+        "<deviceChange><operation>edit</operation><device xsi:type=\"{}\">{xml}</device></deviceChange>",
+        crate::xml::escape(&ty)
+    ))
 }
 
 /// The objects a clone names, resolved from their inventory paths.
@@ -363,6 +470,10 @@ impl MachineProvisioner for VsphereProvider {
             Some(ds) => Some(self.resolve(ds, "provider.datastore", "Datastore").await?),
             None => None,
         };
+        let network = match &plan.network {
+            Some(n) => Some(self.resolve(n, "provider.network", "Network").await?),
+            None => None,
+        };
         let place = Placement {
             template,
             folder,
@@ -386,21 +497,13 @@ impl MachineProvisioner for VsphereProvider {
                 Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name))
             });
         }
-        // vCenter applies the clone spec's CPU and memory; vcsim does not, so set them
-        // again (a no-op where they are already right).
-        if plan.num_cpus.is_some() || plan.memory_mib.is_some() {
-            let mut hw = String::new();
-            if let Some(c) = plan.num_cpus {
-                let _ = write!(hw, "<numCPUs>{c}</numCPUs>");
+        if let Err(e) = self.apply_hardware(&mine, &plan, network.as_ref()).await {
+            // A spec the clone cannot take (a disk smaller than the template's) leaves
+            // nothing behind.
+            if let Err(cleanup) = self.destroy(&mine).await {
+                tracing::warn!(error = %cleanup, "destroying a clone whose hardware failed");
             }
-            if let Some(m) = plan.memory_mib {
-                let _ = write!(hw, "<memoryMB>{m}</memoryMB>");
-            }
-            self.reconfigure(
-                &mine,
-                &format!("<spec xsi:type=\"VirtualMachineConfigSpec\">{hw}</spec>"),
-            )
-            .await?;
+            return Err(e);
         }
         self.power_task("PowerOnVM_Task", &mine).await?;
         let vm = self
@@ -479,5 +582,58 @@ impl MachineProvisioner for VsphereProvider {
         Err(Error::permanent(format!(
             "{self} does not read console output (vSphere has no serial console API)"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn devices() -> crate::xml::Element {
+        crate::xml::parse(
+            br#"<val xmlns="urn:vim25" xmlns:x="http://www.w3.org/2001/XMLSchema-instance"><VirtualDevice x:type="VirtualDisk"><key>2000</key><capacityInKB>2097152</capacityInKB><capacityInBytes>2147483648</capacityInBytes></VirtualDevice><VirtualDevice x:type="VirtualE1000"><key>4000</key><backing x:type="VirtualEthernetCardNetworkBackingInfo"><deviceName>old</deviceName></backing><addressType>generated</addressType><macAddress>00:50:56:00:00:01</macAddress></VirtualDevice></val>"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn disks_grow_and_never_shrink() {
+        let edit = disk_edit(&devices(), 4).unwrap();
+        assert!(
+            edit.contains("<capacityInKB>4194304</capacityInKB>"),
+            "{edit}"
+        );
+        assert!(
+            edit.contains("<capacityInBytes>4294967296</capacityInBytes>"),
+            "{edit}"
+        );
+        assert!(edit.contains("xsi:type=\"VirtualDisk\""), "{edit}");
+        let e = disk_edit(&devices(), 1).unwrap_err();
+        assert_eq!(e.field(), Some("provider.diskGiB"));
+    }
+
+    #[test]
+    fn the_first_nic_moves_to_the_network() {
+        let edit = nic_edit(
+            &devices(),
+            &Moref::new("Network", "network-7"),
+            "VM Network",
+        )
+        .unwrap();
+        assert!(
+            edit.contains("<device xsi:type=\"VirtualE1000\"><key>4000</key>"),
+            "{edit}"
+        );
+        assert!(
+            edit.contains(
+                "<deviceName>VM Network</deviceName><network type=\"Network\">network-7</network>"
+            ),
+            "{edit}"
+        );
+        assert!(!edit.contains("old"), "{edit}");
+        assert!(
+            edit.contains("<macAddress>00:50:56:00:00:01</macAddress>"),
+            "{edit}"
+        );
     }
 }

@@ -73,6 +73,54 @@ impl Element {
     }
 }
 
+/// XML Schema's own types, written with the `xsd:` prefix the request envelope binds.
+const XSD_TYPES: &[&str] = &[
+    "string",
+    "int",
+    "long",
+    "short",
+    "byte",
+    "boolean",
+    "float",
+    "double",
+    "dateTime",
+    "base64Binary",
+    "anyURI",
+];
+
+impl Element {
+    /// The element written back as `tag` for a request: children, text and `xsi:type`
+    /// (and a reference's `type`), under the envelope's prefixes. For sending back an
+    /// object read from the server with a field changed (a device to edit).
+    pub fn to_xml(&self, tag: &str) -> String {
+        let mut out = String::new();
+        self.write(tag, &mut out);
+        out
+    }
+
+    fn write(&self, tag: &str, out: &mut String) {
+        out.push('<');
+        out.push_str(tag);
+        if let Some(t) = self.xsi_type() {
+            let prefix = if XSD_TYPES.contains(&t) { "xsd:" } else { "" };
+            out.push_str(&format!(" xsi:type=\"{prefix}{}\"", escape(t)));
+        }
+        if let Some(t) = self.attr("type") {
+            out.push_str(&format!(" type=\"{}\"", escape(t)));
+        }
+        out.push('>');
+        if self.children.is_empty() {
+            out.push_str(&escape(&self.text));
+        }
+        for c in &self.children {
+            c.write(&c.name, out);
+        }
+        out.push_str("</");
+        out.push_str(tag);
+        out.push('>');
+    }
+}
+
 /// Parses a whole document into its root element. Errors are described in words (no
 /// input is echoed, since answers can carry secrets).
 pub(crate) fn parse(input: &[u8]) -> Result<Element, String> {
@@ -208,6 +256,16 @@ mod tests {
         assert_eq!(v.xsi_type(), Some("string"));
         assert_eq!(v.text, "x & A");
         assert_eq!(root.child("w").unwrap().xsi_type(), None);
+    }
+
+    #[test]
+    fn elements_are_written_back_with_their_types() {
+        let doc = br#"<a xmlns="urn:vim25" xmlns:X="http://www.w3.org/2001/XMLSchema-instance"><d X:type="VirtualDisk"><key>2000</key><n X:type="xsd:int">5</n><r type="Network">net-1</r><t>&lt;</t></d></a>"#;
+        let root = parse(doc).unwrap();
+        assert_eq!(
+            root.child("d").unwrap().to_xml("device"),
+            "<device xsi:type=\"VirtualDisk\"><key>2000</key><n xsi:type=\"xsd:int\">5</n><r type=\"Network\">net-1</r><t>&lt;</t></device>"
+        );
     }
 
     #[test]

@@ -259,3 +259,57 @@ async fn an_expired_session_is_renewed_once() {
     assert_eq!(got.provider_id, m.provider_id);
     p.delete(&m.provider_id).await.expect("delete");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpu_memory_disk_and_network_come_from_the_spec() {
+    let vcsim = Vcsim::start();
+    let p = common::provider(&vcsim, &common::owner("hw"));
+    let admin = Admin::login(&vcsim).await;
+    let spec = common::spec_named("hw-1")
+        .with_size("3x2048")
+        .with_provider(serde_json::json!({
+            "resourcePool": common::POOL,
+            "diskGiB": 40,
+            "network": "DC0/network/VM Network",
+        }));
+    let m = p.create(&spec, None).await.expect("create");
+    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
+    assert!(
+        admin
+            .property(&vm, "config.hardware.numCPU")
+            .await
+            .contains(">3</val>")
+    );
+    assert!(
+        admin
+            .property(&vm, "config.hardware.memoryMB")
+            .await
+            .contains(">2048</val>")
+    );
+    let devices = admin.property(&vm, "config.hardware.device").await;
+    assert!(
+        devices.contains(&format!(
+            "<capacityInKB>{}</capacityInKB>",
+            40 * 1024 * 1024
+        )),
+        "disk not grown: {devices}"
+    );
+    assert!(
+        devices.contains("<deviceName>VM Network</deviceName>"),
+        "{devices}"
+    );
+    p.delete(&m.provider_id).await.expect("delete");
+
+    // A network that does not exist: an invalid spec naming the field, checked before
+    // the clone, so no VM is left behind. (A disk smaller than the template's is
+    // refused too; vcsim's template disk is 1 MiB, so a unit test covers it.)
+    let lost = common::spec_named("hw-2").with_provider(serde_json::json!({
+        "resourcePool": common::POOL, "network": "DC0/network/nope"
+    }));
+    let e = p
+        .create(&lost, None)
+        .await
+        .expect_err("missing network accepted");
+    assert_eq!(e.field(), Some("provider.network"), "{e}");
+    assert_eq!(admin.count_named("hw-2").await, 0);
+}

@@ -91,10 +91,15 @@ impl Admin {
 
     /// The VM's extraConfig as vcsim sends it (raw XML).
     pub async fn extra_config(&self, vm: &str) -> String {
+        self.property(vm, "config.extraConfig").await
+    }
+
+    /// One property of the VM as vcsim sends it (raw XML).
+    pub async fn property(&self, vm: &str, path: &str) -> String {
         self.call(
             "RetrievePropertiesEx",
             &format!(
-                "<_this type=\"PropertyCollector\">propertyCollector</_this><specSet><propSet><type>VirtualMachine</type><pathSet>config.extraConfig</pathSet></propSet><objectSet><obj type=\"VirtualMachine\">{vm}</obj></objectSet></specSet><options/>"
+                "<_this type=\"PropertyCollector\">propertyCollector</_this><specSet><propSet><type>VirtualMachine</type><pathSet>{path}</pathSet></propSet><objectSet><obj type=\"VirtualMachine\">{vm}</obj></objectSet></specSet><options/>"
             ),
         )
         .await
