@@ -15,7 +15,7 @@ use tokio::sync::OnceCell;
 use crate::client::{Client, Moref, http_client};
 use crate::config::{ClonePlan, VsphereConfig};
 use crate::guestinfo;
-use crate::vm::{self, LABELS_KEY, NAME_KEY, OWNER_KEY, PATHS, Vm, option_value};
+use crate::vm::{self, LABELS_KEY, NAME_KEY, OWNER_KEY, PATHS, STARTED_KEY, Vm, option_value};
 
 /// The most user data accepted, counted as base64 (what guestinfo holds). vCenter
 /// keeps extraConfig values far larger, but every read of the VM's config carries
@@ -303,6 +303,40 @@ impl VsphereProvider {
         .await
     }
 
+    /// Powers a fresh clone on and marks it started; `hardware` (the plan and its
+    /// network) is applied first when a later create finishes what an earlier one
+    /// left.
+    async fn finish(
+        &self,
+        vm: &Moref,
+        hardware: Option<(&ClonePlan, Option<&Moref>)>,
+    ) -> Result<()> {
+        if let Some((plan, network)) = hardware {
+            self.apply_hardware(vm, plan, network).await?;
+        }
+        self.power_task("PowerOnVM_Task", vm).await?;
+        self.reconfigure(
+            vm,
+            &format!(
+                "<spec xsi:type=\"VirtualMachineConfigSpec\">{}</spec>",
+                option_value(STARTED_KEY, "true")
+            ),
+        )
+        .await
+    }
+
+    /// The machine of the VM `vm`, read now.
+    async fn machine_of(&self, vm: &Moref, name: &MachineName) -> Result<Machine> {
+        self.client
+            .properties(vm, PATHS)
+            .await?
+            .map(|o| Vm::from_content(&o))
+            .and_then(|v| v.machine())
+            .ok_or_else(|| {
+                Error::transient(format!("{self}: {name} vanished or has no BIOS UUID yet"))
+            })
+    }
+
     /// The clone spec: where, how big, and the tags and guestinfo in extraConfig (so
     /// a VM is never visible without its owner and name).
     fn clone_body(
@@ -452,6 +486,23 @@ impl MachineProvisioner for VsphereProvider {
         user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
         let plan = self.config.plan(spec)?;
         if let Some(existing) = self.named(&spec.name).await?.into_iter().next() {
+            if existing.extra(STARTED_KEY).is_none() && existing.power == "poweredOff" {
+                // A create stopped between clone and power-on (a crash, a cancel, a
+                // lost answer): finish it.
+                let network = match &plan.network {
+                    Some(n) => Some(self.resolve(n, "provider.network", "Network").await?),
+                    None => None,
+                };
+                match self
+                    .finish(&existing.moref, Some((&plan, network.as_ref())))
+                    .await
+                {
+                    // Its own creator finished it meanwhile.
+                    Err(e) if e.kind() == ErrorKind::Conflict => {}
+                    other => other?,
+                }
+                return self.machine_of(&existing.moref, &spec.name).await;
+            }
             return existing.machine().ok_or_else(|| {
                 Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name))
             });
@@ -505,17 +556,8 @@ impl MachineProvisioner for VsphereProvider {
             }
             return Err(e);
         }
-        self.power_task("PowerOnVM_Task", &mine).await?;
-        let vm = self
-            .client
-            .properties(&mine, PATHS)
-            .await?
-            .map(|o| Vm::from_content(&o))
-            .ok_or_else(|| {
-                Error::transient(format!("{self}: {} vanished after power-on", spec.name))
-            })?;
-        vm.machine()
-            .ok_or_else(|| Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name)))
+        self.finish(&mine, None).await?;
+        self.machine_of(&mine, &spec.name).await
     }
 
     async fn get(&self, id: &ProviderId) -> Result<Machine> {

@@ -12,6 +12,10 @@ pub const OWNER_KEY: &str = "machineprovisioning.owner";
 pub const NAME_KEY: &str = "machineprovisioning.name";
 /// The labels key (a JSON object).
 pub const LABELS_KEY: &str = "machineprovisioning.labels";
+/// Set once the machine was first powered on: a VM without it was left by a create
+/// that stopped between clone and power-on, and the next create finishes it (a VM
+/// with it that is off was stopped on purpose, and stays off).
+pub const STARTED_KEY: &str = "machineprovisioning.started";
 
 /// The properties read of every VM.
 pub(crate) const PATHS: &[&str] = &[

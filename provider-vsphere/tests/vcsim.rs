@@ -112,6 +112,48 @@ async fn a_new_process_adopts_what_a_crashed_one_made() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clone_left_before_power_on_is_finished_not_duplicated() {
+    let vcsim = Vcsim::start();
+    let owner = common::owner("halfway");
+    let admin = Admin::login(&vcsim).await;
+    // What a create that died right after CloneVM_Task leaves: a tagged, powered-off
+    // clone that was never started.
+    admin.clone_tagged("DC0_H0_VM1", "half-1", &owner).await;
+    let p = common::provider(&vcsim, &owner);
+    let m = p
+        .create(&common::spec_named("half-1").with_size("2x128"), None)
+        .await
+        .expect("create");
+    assert!(
+        m.phase.is_running(),
+        "the left clone was not started: {}",
+        m.phase
+    );
+    assert_eq!(
+        admin.count_named("half-1").await,
+        1,
+        "a second clone was made"
+    );
+    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
+    assert!(
+        admin
+            .property(&vm, "config.hardware.numCPU")
+            .await
+            .contains(">2</val>")
+    );
+    // Stopped on purpose, it stays stopped through another create.
+    p.power(&m.provider_id, machine_core::PowerOp::Stop)
+        .await
+        .expect("stop");
+    let again = p
+        .create(&common::spec_named("half-1"), None)
+        .await
+        .expect("create");
+    assert_eq!(again.phase, machine_core::Phase::Stopped);
+    p.delete(&m.provider_id).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_controllers_creating_one_name_at_once_leave_one_vm() {
     let vcsim = Vcsim::start();
     let owner = common::owner("race");

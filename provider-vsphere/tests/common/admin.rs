@@ -89,6 +89,37 @@ impl Admin {
         .await;
     }
 
+    /// Clones the template `template` (a VM name in DC0's vm folder) as `name`,
+    /// tagged for `owner` as the provider tags, powered off.
+    pub async fn clone_tagged(&self, template: &str, name: &str, owner: &str) {
+        let path = format!("DC0/vm/{template}");
+        let find = |p: String| async move {
+            self.call(
+                "FindByInventoryPath",
+                &format!("<_this type=\"SearchIndex\">SearchIndex</_this><inventoryPath>{p}</inventoryPath>"),
+            )
+            .await
+        };
+        let t = between(&find(path).await, "type=\"VirtualMachine\">", "<").expect("template");
+        let f = between(&find("DC0/vm".into()).await, "type=\"Folder\">", "<").expect("folder");
+        let pool = find("DC0/host/DC0_H0/Resources".into()).await;
+        let pool = between(&pool, "type=\"ResourcePool\">", "<").expect("pool");
+        let opt = |k: &str, v: &str| {
+            format!(
+                "<extraConfig xsi:type=\"OptionValue\"><key>{k}</key><value xsi:type=\"xsd:string\">{v}</value></extraConfig>"
+            )
+        };
+        self.call(
+            "CloneVM_Task",
+            &format!(
+                "<_this type=\"VirtualMachine\">{t}</_this><folder type=\"Folder\">{f}</folder><name>{name}</name><spec><location><pool type=\"ResourcePool\">{pool}</pool></location><template>false</template><config>{}{}</config><powerOn>false</powerOn></spec>",
+                opt("machineprovisioning.owner", owner),
+                opt("machineprovisioning.name", name),
+            ),
+        )
+        .await;
+    }
+
     /// The VM's extraConfig as vcsim sends it (raw XML).
     pub async fn extra_config(&self, vm: &str) -> String {
         self.property(vm, "config.extraConfig").await
