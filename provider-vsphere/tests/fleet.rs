@@ -48,7 +48,10 @@ async fn fifty_machines_through_the_composer_with_a_coupled_layer() {
         .expect("fleet");
     assert_eq!(results.len(), 50);
     for r in &results {
-        let done = r.outcome.as_ref().unwrap_or_else(|e| panic!("{}: {e}", r.name));
+        let done = r
+            .outcome
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{}: {e}", r.name));
         let ud = provider
             .user_data(&done.machine.provider_id)
             .await
