@@ -37,7 +37,21 @@
 //! adopts the owner's VM of that name when there is one. Two creators that both clone
 //! settle it after the clone: the oldest VM of the name (lowest managed object id) is
 //! the machine; a creator whose clone is younger destroys it, still powered off, and
-//! returns the oldest. Provider IDs are `vsphere://<bios-uuid>`.
+//! returns the oldest. Provider IDs are `vsphere://<bios-uuid>`. A VM is marked
+//! started once first powered on: a create that stopped between clone and power-on
+//! leaves a VM without the mark, which the next create finishes (hardware, power-on)
+//! instead of cloning again; a machine stopped on purpose stays stopped.
+//!
+//! ## Hardware
+//! CPU and memory (`size: <cpus>x<MiB>` or `provider.numCPUs` / `memoryMiB`), the
+//! first disk's size (`provider.diskGiB`, grow only) and the first NIC's standard port
+//! group (`provider.network`) are set in one reconfigure before power-on.
+//!
+//! ## TLS and the session
+//! HTTP goes through `provider-http`: verified against the system roots by default, a
+//! CA file, or a pinned SHA-256 certificate fingerprint; `insecure` only when asked.
+//! The session cookie comes from Login; a call answered NotAuthenticated logs in again
+//! once and is repeated.
 //!
 //! ## User data
 //! `guestinfo.userdata` and `guestinfo.metadata` with their `.encoding`
