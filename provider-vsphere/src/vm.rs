@@ -1,0 +1,165 @@
+//! A virtual machine as read from vCenter, and how the provider's own machines are
+//! marked: extraConfig keys for owner, name and labels, set in the clone spec so that
+//! a VM is never visible untagged.
+
+use machine_core::{Address, AddressKind, Labels, Machine, MachineName, Phase, ProviderId};
+
+use crate::client::{Moref, ObjectContent};
+
+/// The owner key.
+pub const OWNER_KEY: &str = "machineprovisioning.owner";
+/// The machine name key.
+pub const NAME_KEY: &str = "machineprovisioning.name";
+/// The labels key (a JSON object).
+pub const LABELS_KEY: &str = "machineprovisioning.labels";
+/// Set once the machine was first powered on: a VM without it was left by a create
+/// that stopped between clone and power-on, and the next create finishes it (a VM
+/// with it that is off was stopped on purpose, and stays off).
+pub const STARTED_KEY: &str = "machineprovisioning.started";
+
+/// The properties read of every VM.
+pub(crate) const PATHS: &[&str] = &[
+    "name",
+    "config.uuid",
+    "config.template",
+    "config.extraConfig",
+    "runtime.powerState",
+    "guest.ipAddress",
+    "guest.net",
+];
+
+/// The provider ID scheme.
+pub const SCHEME: &str = "vsphere";
+
+/// What the provider knows of one VM.
+#[derive(Debug, Clone)]
+pub(crate) struct Vm {
+    pub moref: Moref,
+    pub uuid: Option<String>,
+    pub template: bool,
+    pub power: String,
+    /// extraConfig, in order; a key set twice counts with its last value (vcsim
+    /// appends rather than replaces).
+    pub extra: Vec<(String, String)>,
+    pub addresses: Vec<String>,
+}
+
+impl Vm {
+    /// A VM from the properties in [`PATHS`].
+    pub fn from_content(o: &ObjectContent) -> Vm {
+        let extra = o
+            .prop("config.extraConfig")
+            .map(|v| {
+                v.children
+                    .iter()
+                    .filter_map(|opt| {
+                        Some((
+                            opt.child_text("key")?.to_owned(),
+                            opt.child_text("value").unwrap_or("").to_owned(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut addresses: Vec<String> = Vec::new();
+        let mut add = |ip: &str| {
+            let ip = ip.trim();
+            if !ip.is_empty() && !ip.starts_with("fe80:") && !addresses.iter().any(|a| a == ip) {
+                addresses.push(ip.to_owned());
+            }
+        };
+        if let Some(ip) = o.text("guest.ipAddress") {
+            add(ip);
+        }
+        if let Some(net) = o.prop("guest.net") {
+            for nic in &net.children {
+                for ip in nic.children_named("ipAddress") {
+                    add(&ip.text);
+                }
+            }
+        }
+        Vm {
+            moref: o.obj.clone(),
+            uuid: o
+                .text("config.uuid")
+                .map(str::to_owned)
+                .filter(|u| !u.is_empty()),
+            template: o.text("config.template") == Some("true"),
+            power: o.text("runtime.powerState").unwrap_or("").to_owned(),
+            extra,
+            addresses,
+        }
+    }
+
+    /// The last value of extraConfig `key`.
+    pub fn extra(&self, key: &str) -> Option<&str> {
+        self.extra
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether `owner` made this VM (templates never count).
+    pub fn owned_by(&self, owner: &str) -> bool {
+        !self.template && self.extra(OWNER_KEY) == Some(owner)
+    }
+
+    /// The machine name it was made for.
+    pub fn machine_name(&self) -> Option<&str> {
+        self.extra(NAME_KEY)
+    }
+
+    /// The labels it was made with.
+    pub fn labels(&self) -> Labels {
+        self.extra(LABELS_KEY)
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_default()
+    }
+
+    /// The machine, when the VM carries a name and a BIOS UUID.
+    pub fn machine(&self) -> Option<Machine> {
+        let name = MachineName::new(self.machine_name()?).ok()?;
+        let id = provider_id(self.uuid.as_deref()?)?;
+        let phase = match self.power.as_str() {
+            "poweredOn" => Phase::Provisioned,
+            "poweredOff" | "suspended" => Phase::Stopped,
+            _ => Phase::Provisioning,
+        };
+        let mut m = Machine::new(name, id, phase);
+        m.labels = self.labels();
+        m.addresses = self
+            .addresses
+            .iter()
+            .map(|a| Address::new(AddressKind::InternalIP, a.clone()))
+            .collect();
+        Some(m)
+    }
+}
+
+/// `vsphere://<bios-uuid>`.
+pub(crate) fn provider_id(uuid: &str) -> Option<ProviderId> {
+    ProviderId::new(format!("{SCHEME}://{uuid}")).ok()
+}
+
+/// The BIOS UUID in a provider ID of this provider.
+pub(crate) fn uuid_of(id: &ProviderId) -> machine_core::Result<&str> {
+    let uuid = id.resource_id();
+    let hexish = uuid.len() == 36 && uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if id.scheme() != SCHEME || !hexish {
+        return Err(machine_core::Error::invalid_spec(
+            "providerID",
+            format!("{id} is not a vsphere://<bios-uuid> provider ID"),
+        ));
+    }
+    Ok(uuid)
+}
+
+/// One `<extraConfig>` entry of a config spec.
+pub(crate) fn option_value(key: &str, value: &str) -> String {
+    format!(
+        "<extraConfig xsi:type=\"OptionValue\"><key>{}</key><value xsi:type=\"xsd:string\">{}</value></extraConfig>",
+        crate::xml::escape(key),
+        crate::xml::escape(value)
+    )
+}

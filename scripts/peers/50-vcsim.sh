@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# vcsim (govmomi's vCenter simulator) for provider-vsphere's tests, built offline from
+# Debian's golang-github-vmware-govmomi-dev (a library package: no vcsim binary) into
+# /opt/vcsim/vcsim. Idempotent: a binary built from the same main.go is left alone.
+#
+# The binary listens on 127.0.0.1:0 (or -listen), prints one line
+# "<url> <sha256 of its TLS certificate, hex>" (the fingerprint is "-" with -tls=false)
+# and serves until killed. Before printing, it turns the VM named by -template
+# (default DC0_H0_VM1) into a powered-off template, so tests have something to clone.
+set -euo pipefail
+
+dest=/opt/vcsim
+main_go=$(cat <<'GO'
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/vmware/govmomi"
+	"github.com/vmware/govmomi/find"
+	"github.com/vmware/govmomi/simulator"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:0", "address to listen on")
+	useTLS := flag.Bool("tls", true, "serve https with a self-signed certificate")
+	template := flag.String("template", "DC0_H0_VM1", "VM to power off and mark as a template ('' for none)")
+	flag.Parse()
+
+	model := simulator.VPX()
+	if err := model.Create(); err != nil {
+		fail(err)
+	}
+	model.Service.RegisterEndpoints = true
+	model.Service.Listen = &url.URL{Host: *listen}
+	if *useTLS {
+		cert, err := selfSigned()
+		if err != nil {
+			fail(err)
+		}
+		model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
+	server := model.Service.NewServer()
+	defer server.Close()
+
+	fingerprint := "-"
+	if *useTLS {
+		sum := sha256.Sum256(server.Certificate().Raw)
+		fingerprint = hex.EncodeToString(sum[:])
+	}
+	if *template != "" {
+		if err := markTemplate(server.URL, *template); err != nil {
+			fail(err)
+		}
+	}
+	u := *server.URL
+	u.User = nil
+	fmt.Printf("%s %s\n", u.String(), fingerprint)
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	<-stop
+}
+
+// markTemplate powers the VM off and marks it as a template, as an administrator would.
+func markTemplate(u *url.URL, name string) error {
+	ctx := context.Background()
+	c, err := govmomi.NewClient(ctx, u, true)
+	if err != nil {
+		return err
+	}
+	defer c.Logout(ctx)
+	finder := find.NewFinder(c.Client, true)
+	dc, err := finder.DefaultDatacenter(ctx)
+	if err != nil {
+		return err
+	}
+	finder.SetDatacenter(dc)
+	vm, err := finder.VirtualMachine(ctx, name)
+	if err != nil {
+		return err
+	}
+	task, err := vm.PowerOff(ctx)
+	if err != nil {
+		return err
+	}
+	if err := task.Wait(ctx); err != nil {
+		return err
+	}
+	return vm.MarkAsTemplate(ctx)
+}
+
+// selfSigned makes a fresh P-256 certificate for 127.0.0.1 and localhost: httptest's
+// built-in one has a 1024-bit RSA key, which rustls (rightly) refuses to verify.
+func selfSigned() (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	template := x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "vcsim"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:     []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &template, &template, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "vcsim:", err)
+	os.Exit(1)
+}
+GO
+)
+
+if [ -x "$dest/vcsim" ] && [ -f "$dest/main.go" ] && [ "$(cat "$dest/main.go")" = "$main_go" ]; then
+  echo "vcsim already built at $dest/vcsim"
+  exit 0
+fi
+
+if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/github.com/vmware/govmomi/simulator ]; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y golang-go golang-github-vmware-govmomi-dev
+fi
+
+build=$(mktemp -d)
+trap 'rm -rf "$build"' EXIT
+mkdir -p "$build/src/vcsim" "$dest"
+printf '%s\n' "$main_go" >"$build/src/vcsim/main.go"
+# Offline: Debian's Go packages sit in a GOPATH tree; no module proxy is asked.
+(cd "$build/src/vcsim" &&
+  GO111MODULE=off GOPATH="$build:/usr/share/gocode" GOCACHE="$build/cache" \
+    go build -o "$build/vcsim" .)
+install -m 0755 "$build/vcsim" "$dest/vcsim"
+printf '%s\n' "$main_go" >"$dest/main.go"
+echo "vcsim built at $dest/vcsim"
