@@ -22,7 +22,7 @@ fn stub(tool: &str) -> String {
         // Nothing is installed: the decoupled path's `rpm -q` checks see no package.
         "rpm" => s.push_str("case \"$1\" in -q*) exit 1 ;; esac\n"),
         "kubeadm" => s.push_str(
-            "n=$(grep -c '^kubeadm ' /var/log/stub.calls)\nprev=\nfor a in \"$@\"; do [ \"$prev\" = --config ] && cp \"$a\" /var/log/kubeadm.config.$n; prev=$a; done\nmkdir -p /etc/kubernetes && echo stub > /etc/kubernetes/kubelet.conf\n",
+            "n=$(grep -c '^kubeadm ' /var/log/stub.calls)\nprev=\nfor a in \"$@\"; do [ \"$prev\" = --config ] && cp \"$a\" /var/log/kubeadm.config.$n; prev=$a; done\nmkdir -p /etc/kubernetes && echo stub > /etc/kubernetes/kubelet.conf\n# A test may hold kubeadm after it joined, to cut the link before the step is recorded.\nsleep \"$(cat /etc/kubeadm-stub-sleep 2>/dev/null || echo 0)\"\n",
         ),
         _ => {}
     }

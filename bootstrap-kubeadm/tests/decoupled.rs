@@ -1,0 +1,154 @@
+//! The decoupled path over real SSH, against provider-local machines (the `tests`
+//! crate's lab: a Debian root booted with its own sshd on a bridge of the test's own).
+//! Recording stubs (see `stubs`) stand in for the package manager, systemctl, sysctl,
+//! modprobe and kubeadm.
+//!
+//! The link is cut right after `kubeadm join` has joined and before its step is
+//! recorded: the run fails; the rerun once the link is back skips every recorded step
+//! and finds the node joined ([`bootstrap_kubeadm::KUBELET_CONF`]), so kubeadm is called
+//! once in all, as are the package manager's install; a rerun with the layer's state
+//! file gone calls kubeadm no more.
+
+mod stubs;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, CloudInitStatus, WriteFile};
+use bootstrap_kubeadm::config::KubeadmConfig;
+use bootstrap_kubeadm::{KUBEADM_CONFIG, KubeadmNode};
+use machine_core::{
+    CancellationToken, Composer, ComposerSettings, MachineName, MachineSpec, Phase,
+    SecretString,
+};
+use tests::{ClientKey, Lab};
+
+const TOKEN: &str = "k8stok.0123456789abcdef";
+const KEY: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZXhhbXBsZQ==\n-----END PGP PUBLIC KEY BLOCK-----\n";
+
+fn ip(args: &[&str]) {
+    let ok = std::process::Command::new("ip")
+        .args(args)
+        .status()
+        .expect("ip is missing: apt-get install iproute2");
+    assert!(ok.success(), "ip {args:?}");
+}
+
+/// Holds the stub kubeadm for 8 s after it joined, so the link can be cut then.
+fn hold_kubeadm() -> CloudConfigLayer {
+    CloudConfigLayer::new(
+        "hold",
+        CloudConfig::new().with_file(WriteFile::new("/etc/kubeadm-stub-sleep", "8\n")),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_cut_after_join_and_reruns_never_run_kubeadm_join_twice() {
+    let lab = Lab::new();
+    let provider = lab.provider("kubeadm");
+    let key = ClientKey::new();
+    let layer = Arc::new(
+        KubeadmNode::worker(
+            "1.31.4",
+            "10.0.0.10:6443",
+            SecretString::from(TOKEN),
+            format!("sha256:{}", "5e".repeat(32)),
+        )
+        .with_apt_key(KEY)
+        .with_label("pool", "general")
+        .layer("kubernetes")
+        .unwrap(),
+    );
+    let mut settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(200));
+    settings.deadlines.bootstrap = Duration::from_secs(25);
+    let composer = |settings: ComposerSettings| {
+        Composer::builder(provider.clone())
+            .settings(settings)
+            // sshd's PATH for root has /usr/local/sbin first.
+            .coupled(Arc::new(stubs::fixture("/usr/local/sbin")))
+            .coupled(Arc::new(hold_kubeadm()))
+            .decoupled(layer.clone())
+            .connector(key.connector())
+            .completion(Arc::new(CloudInitStatus::new()))
+            .build()
+            .unwrap()
+    };
+    let name = MachineName::new("kubeadm-1").unwrap();
+    let mut spec = MachineSpec::new(name.clone());
+    spec.ssh = Some(key.access("root"));
+    let dir = provider.machine_dir(&name);
+    let upper = |p: &str| dir.join("upper").join(p.trim_start_matches('/'));
+
+    let run = {
+        let (composer, spec) = (Arc::new(composer(settings.clone())), spec.clone());
+        tokio::spawn(async move { composer.provision(&spec, &CancellationToken::new()).await })
+    };
+    // Cut the link once kubeadm has joined (the stub wrote the kubelet's credentials)
+    // and is still running, so its step is not recorded.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    while !upper("/etc/kubernetes/kubelet.conf").exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kubeadm never ran; calls: {:?}",
+            std::fs::read_to_string(upper(stubs::CALLS))
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
+    let veth = format!("{}h{}", lab.bridge, state["slot"]);
+    ip(&["link", "set", &veth, "down"]);
+    let first = run.await.unwrap();
+    assert!(first.is_err(), "a run whose link was cut succeeded: {first:?}");
+    ip(&["link", "set", &veth, "up"]);
+
+    let calls = || std::fs::read_to_string(upper(stubs::CALLS)).unwrap();
+    let count = |text: &str, prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
+    let installs = "apt-get --option=Dpkg::Options::=--force-confold --option=Dpkg::options::=--force-unsafe-io --assume-yes --quiet install ";
+    let before = calls();
+    assert_eq!(count(&before, "kubeadm "), 1, "{before}");
+
+    let composer = composer(settings);
+    let done = composer
+        .provision(&spec, &CancellationToken::new())
+        .await
+        .unwrap_or_else(|e| panic!("the rerun failed: {e}"));
+    assert_eq!(done.machine.phase, Phase::Ready);
+    let after = calls();
+    assert_eq!(count(&after, "kubeadm "), 1, "kubeadm ran again:\n{after}");
+    assert_eq!(count(&after, installs), 1, "a recorded step ran again:\n{after}");
+    assert!(
+        after.contains(&format!("{installs}containerd kubelet=1.31.4-1.1 kubeadm=1.31.4-1.1 kubectl=1.31.4-1.1\n")),
+        "{after}"
+    );
+    assert!(after.contains("kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml\n"));
+
+    // What kubeadm was given: the machine's own provider ID, from the Machine.
+    let config = KubeadmConfig::parse(&std::fs::read_to_string(upper("/var/log/kubeadm.config.1")).unwrap()).unwrap();
+    assert_eq!(config, layer.config(&done.machine.provider_id).unwrap());
+    assert_eq!(
+        config.node_registration().kubelet_extra_args.pairs()[0],
+        ("provider-id".to_owned(), done.machine.provider_id.to_string())
+    );
+    let mode = key.run(&done.machine, &format!("stat -c %a {KUBEADM_CONFIG}")).await;
+    assert_eq!(mode.trim(), "600");
+
+    // A rerun with the state file gone runs every step again but kubeadm, which is
+    // guarded by the kubelet's credentials.
+    let state_file = layer.decoupled_for(&done.machine.provider_id).unwrap().state_path();
+    key.run(&done.machine, &format!("rm {state_file}")).await;
+    let again = composer
+        .provision(&spec, &CancellationToken::new())
+        .await
+        .unwrap_or_else(|e| panic!("the rerun without state failed: {e}"));
+    assert_eq!(again.machine.phase, Phase::Ready);
+    let last = calls();
+    assert_eq!(count(&last, "kubeadm "), 1, "kubeadm ran again:\n{last}");
+    assert_eq!(count(&last, installs), 2, "the packages step ran again (nothing is installed for real):\n{last}");
+
+    composer
+        .deprovision(&name, &CancellationToken::new())
+        .await
+        .unwrap();
+}
