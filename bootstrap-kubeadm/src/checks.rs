@@ -4,12 +4,8 @@ use machine_core::{Error, Result, shown};
 
 /// `host:port` with a DNS name, IPv4 or bracketed IPv6 host and a port 1-65535.
 pub(crate) fn endpoint(field: &str, text: &str) -> Result<()> {
-    let bad = |why: &str| {
-        Error::invalid_spec(
-            field,
-            format!("{} is not host:port ({why})", shown(text)),
-        )
-    };
+    let bad =
+        |why: &str| Error::invalid_spec(field, format!("{} is not host:port ({why})", shown(text)));
     let (host, port) = text.rsplit_once(':').ok_or_else(|| bad("no port"))?;
     match port.parse::<u16>() {
         Ok(p) if p > 0 && !port.starts_with('0') => {}
@@ -42,8 +38,7 @@ pub(crate) fn endpoint(field: &str, text: &str) -> Result<()> {
 pub(crate) fn token(field: &str, token: &str) -> Result<()> {
     let part = |s: &str, n: usize| {
         s.len() == n
-            && s
-                .bytes()
+            && s.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
     };
     match token.split_once('.') {
@@ -64,7 +59,10 @@ pub(crate) fn ca_hash(field: &str, hash: &str) -> Result<()> {
         Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => Ok(()),
         _ => Err(Error::invalid_spec(
             field,
-            format!("{} is not a CA public key pin sha256:<64 hex digits>", shown(hash)),
+            format!(
+                "{} is not a CA public key pin sha256:<64 hex digits>",
+                shown(hash)
+            ),
         )),
     }
 }
@@ -153,8 +151,7 @@ pub(crate) fn qualified_name(field: &str, key: &str, kubelet_sets: bool) -> Resu
 fn name_part(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && s.as_bytes()[0].is_ascii_alphanumeric()
         && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
@@ -171,7 +168,10 @@ pub(crate) fn kubelet_arg(field: &str, name: &str, value: &str) -> Result<()> {
     if !name_ok {
         return Err(Error::invalid_spec(
             format!("{field}.name"),
-            format!("{} is not a kubelet flag name (a-z 0-9 -, no leading dash)", shown(name)),
+            format!(
+                "{} is not a kubelet flag name (a-z 0-9 -, no leading dash)",
+                shown(name)
+            ),
         ));
     }
     if matches!(name, "provider-id" | "node-labels") {
@@ -180,10 +180,16 @@ pub(crate) fn kubelet_arg(field: &str, name: &str, value: &str) -> Result<()> {
             format!("{name} is set by the layer itself (from the machine and the node labels)"),
         ));
     }
-    if value.chars().any(|c| c.is_control() || c == '"' || c == '\'' || c == '\\') {
+    if value
+        .chars()
+        .any(|c| c.is_control() || c == '"' || c == '\'' || c == '\\')
+    {
         return Err(Error::invalid_spec(
             format!("{field}.value"),
-            format!("{} holds a quote, backslash or control character", shown(value)),
+            format!(
+                "{} holds a quote, backslash or control character",
+                shown(value)
+            ),
         ));
     }
     Ok(())
@@ -195,10 +201,24 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        for ok in ["10.0.0.1:6443", "api.example.com:443", "[fd00::1]:6443", "cp:6443"] {
+        for ok in [
+            "10.0.0.1:6443",
+            "api.example.com:443",
+            "[fd00::1]:6443",
+            "cp:6443",
+        ] {
             endpoint("e", ok).unwrap();
         }
-        for bad in ["10.0.0.1", "api:0", "api:65536", ":6443", "a b:6443", "[fd00::1:6443", "api:06443", "-a:1"] {
+        for bad in [
+            "10.0.0.1",
+            "api:0",
+            "api:65536",
+            ":6443",
+            "a b:6443",
+            "[fd00::1:6443",
+            "api:06443",
+            "-a:1",
+        ] {
             assert_eq!(endpoint("e", bad).unwrap_err().field(), Some("e"), "{bad}");
         }
     }
@@ -206,22 +226,46 @@ mod tests {
     #[test]
     fn tokens_and_hashes() {
         token("t", "abcdef.0123456789abcdef").unwrap();
-        for bad in ["abcdef0123456789abcdef", "ABCDEF.0123456789abcdef", "abcde.0123456789abcdef", "abcdef.0123456789abcde!"] {
+        for bad in [
+            "abcdef0123456789abcdef",
+            "ABCDEF.0123456789abcdef",
+            "abcde.0123456789abcdef",
+            "abcdef.0123456789abcde!",
+        ] {
             let e = token("t", bad).unwrap_err();
             assert!(!e.to_string().contains(bad), "the token leaked: {e}");
         }
         ca_hash("h", &format!("sha256:{}", "a".repeat(64))).unwrap();
-        for bad in ["sha256:abc".to_owned(), "a".repeat(64), format!("sha1:{}", "a".repeat(64)), format!("sha256:{}", "g".repeat(64))] {
+        for bad in [
+            "sha256:abc".to_owned(),
+            "a".repeat(64),
+            format!("sha1:{}", "a".repeat(64)),
+            format!("sha256:{}", "g".repeat(64)),
+        ] {
             assert!(ca_hash("h", &bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn label_keys() {
-        for ok in ["tier", "example.com/tier", "node.kubernetes.io/pool", "a.b-c/x_y.z"] {
+        for ok in [
+            "tier",
+            "example.com/tier",
+            "node.kubernetes.io/pool",
+            "a.b-c/x_y.z",
+        ] {
             qualified_name("k", ok, true).unwrap();
         }
-        for bad in ["", "-x", "Example.com/x", "a/b/c", "x/", "node-role.kubernetes.io/worker", "k8s.io/x", &"a".repeat(64)] {
+        for bad in [
+            "",
+            "-x",
+            "Example.com/x",
+            "a/b/c",
+            "x/",
+            "node-role.kubernetes.io/worker",
+            "k8s.io/x",
+            &"a".repeat(64),
+        ] {
             assert!(qualified_name("k", bad, true).is_err(), "{bad}");
         }
         qualified_name("k", "node-role.kubernetes.io/control-plane", false).unwrap();

@@ -35,7 +35,10 @@ impl ExtraArgs {
     /// The arguments as `(name, value)` pairs, in document order.
     pub fn pairs(&self) -> Vec<(String, String)> {
         match self {
-            ExtraArgs::List(l) => l.iter().map(|a| (a.name.clone(), a.value.clone())).collect(),
+            ExtraArgs::List(l) => l
+                .iter()
+                .map(|a| (a.name.clone(), a.value.clone()))
+                .collect(),
             ExtraArgs::Map(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         }
     }
@@ -195,7 +198,9 @@ impl KubeadmConfig {
             Error::invalid_spec("kubeadm config", format!("does not parse: {e}"))
         };
         match docs.as_slice() {
-            [one] => Ok(KubeadmConfig::Join(serde_saphyr::from_str(one).map_err(bad)?)),
+            [one] => Ok(KubeadmConfig::Join(
+                serde_saphyr::from_str(one).map_err(bad)?,
+            )),
             [a, b] => Ok(KubeadmConfig::Init(
                 serde_saphyr::from_str(a).map_err(bad)?,
                 serde_saphyr::from_str(b).map_err(bad)?,

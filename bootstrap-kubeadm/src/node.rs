@@ -281,7 +281,10 @@ impl KubeadmNode {
             let field = format!("kubeadm.taints[{i}]");
             checks::qualified_name(&format!("{field}.key"), &t.key, false)?;
             checks::label_value(&format!("{field}.value"), t.value.as_deref().unwrap_or(""))?;
-            if !matches!(t.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+            if !matches!(
+                t.effect.as_str(),
+                "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+            ) {
                 return Err(Error::invalid_spec(
                     format!("{field}.effect"),
                     format!(
@@ -322,7 +325,11 @@ impl KubeadmNode {
         let api = version.kubeadm_api();
         let mut args = vec![("provider-id".to_owned(), provider_id.to_string())];
         if !self.labels.is_empty() {
-            let labels: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let labels: Vec<String> = self
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             args.push(("node-labels".to_owned(), labels.join(",")));
         }
         args.extend(self.kubelet_args.iter().cloned());
@@ -376,9 +383,8 @@ impl KubeadmNode {
                     },
                 },
                 node_registration,
-                control_plane: certificate_key.map(|certificate_key| JoinControlPlane {
-                    certificate_key,
-                }),
+                control_plane: certificate_key
+                    .map(|certificate_key| JoinControlPlane { certificate_key }),
             }),
         }
     }

@@ -78,7 +78,9 @@ impl KubeVersion {
         if v.major != 1 || v.minor < OLDEST_MINOR {
             return Err(Error::invalid_spec(
                 field,
-                format!("{v} is not supported: Kubernetes 1.{OLDEST_MINOR}.0 or later is needed (pkgs.k8s.io has no older packages)"),
+                format!(
+                    "{v} is not supported: Kubernetes 1.{OLDEST_MINOR}.0 or later is needed (pkgs.k8s.io has no older packages)"
+                ),
             ));
         }
         Ok(v)
@@ -118,7 +120,17 @@ mod tests {
         assert_eq!(v.minor_channel(), "v1.31");
         let v = KubeVersion::parse("version", "v1.30.8").unwrap();
         assert_eq!(v.kubeadm_api(), KubeadmApi::V1Beta3);
-        for bad in ["1.31", "1.31.4.1", "1.31.x", "", "1.031.4", " 1.31.4", "1.31.4-rc.0", "2.0.0", "1.20.1"] {
+        for bad in [
+            "1.31",
+            "1.31.4.1",
+            "1.31.x",
+            "",
+            "1.031.4",
+            " 1.31.4",
+            "1.31.4-rc.0",
+            "2.0.0",
+            "1.20.1",
+        ] {
             let e = KubeVersion::parse("kubeadm.version", bad).unwrap_err();
             assert_eq!(e.field(), Some("kubeadm.version"), "{bad:?}");
         }

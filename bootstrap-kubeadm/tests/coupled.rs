@@ -17,8 +17,8 @@ use bootstrap_cloudinit::{Bootstrap, CloudInitStatus, Output};
 use bootstrap_kubeadm::config::KubeadmConfig;
 use bootstrap_kubeadm::{KUBEADM_CONFIG, KubeadmLayer, KubeadmNode, YUM_REPO};
 use machine_core::{
-    Completion, CompletionCheck, Machine, MachineName, Phase, ProviderId, SecretString,
-    SizeBasis, UserDataDelivery, UserDataFormat,
+    Completion, CompletionCheck, Machine, MachineName, Phase, ProviderId, SecretString, SizeBasis,
+    UserDataDelivery, UserDataFormat,
 };
 use peers::root::Root;
 use recipes::PackageFamily;
@@ -82,7 +82,11 @@ async fn boot(layer: &KubeadmLayer, provider_id: &str, rpm: bool) -> (Root, Stri
 fn kubeadm_call(root: &Root, calls: &str) -> (String, KubeadmConfig) {
     let kubeadm = stubs::calls_of(calls, "kubeadm");
     assert_eq!(kubeadm.len(), 1, "kubeadm ran once:\n{calls}");
-    assert_eq!(root.mode(KUBEADM_CONFIG), 0o600, "the config holds the token");
+    assert_eq!(
+        root.mode(KUBEADM_CONFIG),
+        0o600,
+        "the config holds the token"
+    );
     let config = KubeadmConfig::parse(&root.read("/var/log/kubeadm.config.1")).unwrap();
     (kubeadm[0].to_owned(), config)
 }
@@ -95,16 +99,27 @@ fn ordered(calls: &str, first: &str, then: &str) {
             .position(|l| l.starts_with(p))
             .unwrap_or_else(|| panic!("no call {p:?} in:\n{calls}"))
     };
-    assert!(at(first) < at(then), "{first:?} must come before {then:?}:\n{calls}");
+    assert!(
+        at(first) < at(then),
+        "{first:?} must come before {then:?}:\n{calls}"
+    );
 }
 
 fn apt_checks(calls: &str) {
     let install = "apt-get --option=Dpkg::Options::=--force-confold --option=Dpkg::options::=--force-unsafe-io --assume-yes --quiet install containerd kubelet=1.31.4-1.1 kubeadm=1.31.4-1.1 kubectl=1.31.4-1.1";
-    assert!(calls.lines().any(|l| l == install), "no {install:?} in:\n{calls}");
+    assert!(
+        calls.lines().any(|l| l == install),
+        "no {install:?} in:\n{calls}"
+    );
     ordered(calls, install, "apt-mark hold kubelet kubeadm kubectl");
     ordered(calls, "apt-mark hold", "systemctl enable kubelet");
     ordered(calls, "systemctl enable kubelet", "kubeadm ");
-    assert!(calls.contains("modprobe overlay") || calls.contains("modprobe br_netfilter") || calls.contains("sysctl -q -p /etc/sysctl.d/99-kubernetes-cri.conf"), "{calls}");
+    assert!(
+        calls.contains("modprobe overlay")
+            || calls.contains("modprobe br_netfilter")
+            || calls.contains("sysctl -q -p /etc/sysctl.d/99-kubernetes-cri.conf"),
+        "{calls}"
+    );
 }
 
 #[tokio::test]
@@ -122,7 +137,10 @@ async fn init_on_debian_runs_kubeadm_init_with_the_config_asked_for() {
         call,
         "kubeadm init --config /etc/kubernetes/machine-kubeadm.yaml --upload-certs"
     );
-    assert_eq!(config, layer.config(&ProviderId::new(pid).unwrap()).unwrap());
+    assert_eq!(
+        config,
+        layer.config(&ProviderId::new(pid).unwrap()).unwrap()
+    );
     let KubeadmConfig::Init(init, cluster) = &config else {
         panic!("{config:?}")
     };
@@ -137,7 +155,10 @@ async fn init_on_debian_runs_kubeadm_init_with_the_config_asked_for() {
         root.read("/etc/apt/sources.list.d/kubernetes.list")
             == "deb [signed-by=/etc/apt/keyrings/kubernetes.asc] https://pkgs.k8s.io/core:/stable:/v1.31/deb/ /\n"
     );
-    assert!(root.read("/etc/containerd/config.toml").contains("SystemdCgroup = true"));
+    assert!(
+        root.read("/etc/containerd/config.toml")
+            .contains("SystemdCgroup = true")
+    );
 }
 
 #[tokio::test]
@@ -155,30 +176,50 @@ async fn control_plane_join_on_debian_runs_kubeadm_join_with_the_certificate_key
     let pid = "redfish://bmc-2/Systems/1";
     let (root, calls) = boot(&layer, pid, false).await;
     let (call, config) = kubeadm_call(&root, &calls);
-    assert_eq!(call, "kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml");
-    assert_eq!(config, layer.config(&ProviderId::new(pid).unwrap()).unwrap());
+    assert_eq!(
+        call,
+        "kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml"
+    );
+    assert_eq!(
+        config,
+        layer.config(&ProviderId::new(pid).unwrap()).unwrap()
+    );
     let KubeadmConfig::Join(join) = &config else {
         panic!("{config:?}")
     };
-    assert_eq!(join.control_plane.as_ref().unwrap().certificate_key.0, CERT_KEY);
+    assert_eq!(
+        join.control_plane.as_ref().unwrap().certificate_key.0,
+        CERT_KEY
+    );
     assert_eq!(join.discovery.bootstrap_token.ca_cert_hashes, [hash()]);
     apt_checks(&calls);
 }
 
 #[tokio::test]
 async fn worker_on_debian_runs_kubeadm_join_with_labels_taints_and_provider_id() {
-    let layer = KubeadmNode::worker("1.31.4", "10.0.0.10:6443", SecretString::from(TOKEN), hash())
-        .with_apt_key(KEY)
-        .with_label("pool", "general")
-        .with_taint("dedicated", Some("batch"), "NoSchedule")
-        .with_kubelet_arg("max-pods", "110")
-        .layer("kubernetes")
-        .unwrap();
+    let layer = KubeadmNode::worker(
+        "1.31.4",
+        "10.0.0.10:6443",
+        SecretString::from(TOKEN),
+        hash(),
+    )
+    .with_apt_key(KEY)
+    .with_label("pool", "general")
+    .with_taint("dedicated", Some("batch"), "NoSchedule")
+    .with_kubelet_arg("max-pods", "110")
+    .layer("kubernetes")
+    .unwrap();
     let pid = "aws:///eu-west-1a/i-0abc";
     let (root, calls) = boot(&layer, pid, false).await;
     let (call, config) = kubeadm_call(&root, &calls);
-    assert_eq!(call, "kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml");
-    assert_eq!(config, layer.config(&ProviderId::new(pid).unwrap()).unwrap());
+    assert_eq!(
+        call,
+        "kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml"
+    );
+    assert_eq!(
+        config,
+        layer.config(&ProviderId::new(pid).unwrap()).unwrap()
+    );
     assert_eq!(
         config.node_registration().kubelet_extra_args.pairs(),
         [
@@ -192,16 +233,27 @@ async fn worker_on_debian_runs_kubeadm_join_with_labels_taints_and_provider_id()
 
 #[tokio::test]
 async fn worker_on_the_rpm_family_installs_with_dnf_from_the_yum_repository() {
-    let layer = KubeadmNode::worker("1.30.8", "10.0.0.10:6443", SecretString::from(TOKEN), hash())
-        .with_family(PackageFamily::Dnf)
-        .with_label("pool", "rpm")
-        .layer("kubernetes")
-        .unwrap();
+    let layer = KubeadmNode::worker(
+        "1.30.8",
+        "10.0.0.10:6443",
+        SecretString::from(TOKEN),
+        hash(),
+    )
+    .with_family(PackageFamily::Dnf)
+    .with_label("pool", "rpm")
+    .layer("kubernetes")
+    .unwrap();
     let pid = "aws:///eu-west-1b/i-0def";
     let (root, calls) = boot(&layer, pid, true).await;
     let (call, config) = kubeadm_call(&root, &calls);
-    assert_eq!(call, "kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml");
-    assert_eq!(config, layer.config(&ProviderId::new(pid).unwrap()).unwrap());
+    assert_eq!(
+        call,
+        "kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml"
+    );
+    assert_eq!(
+        config,
+        layer.config(&ProviderId::new(pid).unwrap()).unwrap()
+    );
     assert!(matches!(&config, KubeadmConfig::Join(j) if j.api_version == "kubeadm.k8s.io/v1beta3"));
     assert!(stubs::calls_of(&calls, "apt-get").is_empty(), "{calls}");
     let install = stubs::calls_of(&calls, "dnf")
@@ -209,11 +261,24 @@ async fn worker_on_the_rpm_family_installs_with_dnf_from_the_yum_repository() {
         .find(|l| l.contains(" install "))
         .unwrap_or_else(|| panic!("no dnf install in:\n{calls}"))
         .to_owned();
-    for p in ["containerd", "kubelet-1.30.8", "kubeadm-1.30.8", "kubectl-1.30.8"] {
+    for p in [
+        "containerd",
+        "kubelet-1.30.8",
+        "kubeadm-1.30.8",
+        "kubectl-1.30.8",
+    ] {
         assert!(install.split(' ').any(|a| a == p), "{p} not in {install:?}");
     }
     ordered(&calls, &install, "kubeadm ");
     let repo = root.read(YUM_REPO);
-    assert!(repo.contains("baseurl=https://pkgs.k8s.io/core:/stable:/v1.30/rpm/\n"), "{repo}");
-    assert!(repo.contains("gpgkey=https://pkgs.k8s.io/core:/stable:/v1.30/rpm/repodata/repomd.xml.key\n"), "{repo}");
+    assert!(
+        repo.contains("baseurl=https://pkgs.k8s.io/core:/stable:/v1.30/rpm/\n"),
+        "{repo}"
+    );
+    assert!(
+        repo.contains(
+            "gpgkey=https://pkgs.k8s.io/core:/stable:/v1.30/rpm/repodata/repomd.xml.key\n"
+        ),
+        "{repo}"
+    );
 }

@@ -18,8 +18,7 @@ use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, CloudInitStatus, WriteF
 use bootstrap_kubeadm::config::KubeadmConfig;
 use bootstrap_kubeadm::{KUBEADM_CONFIG, KubeadmNode};
 use machine_core::{
-    CancellationToken, Composer, ComposerSettings, MachineName, MachineSpec, Phase,
-    SecretString,
+    CancellationToken, Composer, ComposerSettings, MachineName, MachineSpec, Phase, SecretString,
 };
 use tests::{ClientKey, Lab};
 
@@ -100,7 +99,10 @@ async fn a_link_cut_after_join_and_reruns_never_run_kubeadm_join_twice() {
     let veth = format!("{}h{}", lab.bridge, state["slot"]);
     ip(&["link", "set", &veth, "down"]);
     let first = run.await.unwrap();
-    assert!(first.is_err(), "a run whose link was cut succeeded: {first:?}");
+    assert!(
+        first.is_err(),
+        "a run whose link was cut succeeded: {first:?}"
+    );
     ip(&["link", "set", &veth, "up"]);
 
     let calls = || std::fs::read_to_string(upper(stubs::CALLS)).unwrap();
@@ -117,26 +119,42 @@ async fn a_link_cut_after_join_and_reruns_never_run_kubeadm_join_twice() {
     assert_eq!(done.machine.phase, Phase::Ready);
     let after = calls();
     assert_eq!(count(&after, "kubeadm "), 1, "kubeadm ran again:\n{after}");
-    assert_eq!(count(&after, installs), 1, "a recorded step ran again:\n{after}");
+    assert_eq!(
+        count(&after, installs),
+        1,
+        "a recorded step ran again:\n{after}"
+    );
     assert!(
-        after.contains(&format!("{installs}containerd kubelet=1.31.4-1.1 kubeadm=1.31.4-1.1 kubectl=1.31.4-1.1\n")),
+        after.contains(&format!(
+            "{installs}containerd kubelet=1.31.4-1.1 kubeadm=1.31.4-1.1 kubectl=1.31.4-1.1\n"
+        )),
         "{after}"
     );
     assert!(after.contains("kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml\n"));
 
     // What kubeadm was given: the machine's own provider ID, from the Machine.
-    let config = KubeadmConfig::parse(&std::fs::read_to_string(upper("/var/log/kubeadm.config.1")).unwrap()).unwrap();
+    let config =
+        KubeadmConfig::parse(&std::fs::read_to_string(upper("/var/log/kubeadm.config.1")).unwrap())
+            .unwrap();
     assert_eq!(config, layer.config(&done.machine.provider_id).unwrap());
     assert_eq!(
         config.node_registration().kubelet_extra_args.pairs()[0],
-        ("provider-id".to_owned(), done.machine.provider_id.to_string())
+        (
+            "provider-id".to_owned(),
+            done.machine.provider_id.to_string()
+        )
     );
-    let mode = key.run(&done.machine, &format!("stat -c %a {KUBEADM_CONFIG}")).await;
+    let mode = key
+        .run(&done.machine, &format!("stat -c %a {KUBEADM_CONFIG}"))
+        .await;
     assert_eq!(mode.trim(), "600");
 
     // A rerun with the state file gone runs every step again but kubeadm, which is
     // guarded by the kubelet's credentials.
-    let state_file = layer.decoupled_for(&done.machine.provider_id).unwrap().state_path();
+    let state_file = layer
+        .decoupled_for(&done.machine.provider_id)
+        .unwrap()
+        .state_path();
     key.run(&done.machine, &format!("rm {state_file}")).await;
     let again = composer
         .provision(&spec, &CancellationToken::new())
@@ -145,7 +163,11 @@ async fn a_link_cut_after_join_and_reruns_never_run_kubeadm_join_twice() {
     assert_eq!(again.machine.phase, Phase::Ready);
     let last = calls();
     assert_eq!(count(&last, "kubeadm "), 1, "kubeadm ran again:\n{last}");
-    assert_eq!(count(&last, installs), 2, "the packages step ran again (nothing is installed for real):\n{last}");
+    assert_eq!(
+        count(&last, installs),
+        2,
+        "the packages step ran again (nothing is installed for real):\n{last}"
+    );
 
     composer
         .deprovision(&name, &CancellationToken::new())

@@ -11,7 +11,15 @@ pub const CALLS: &str = "/var/log/stub.calls";
 
 /// The programs replaced: package managers, service and kernel tools, kubeadm.
 pub const TOOLS: [&str; 9] = [
-    "apt-get", "apt-mark", "dnf", "rpm", "systemctl", "sysctl", "modprobe", "kubelet", "kubeadm",
+    "apt-get",
+    "apt-mark",
+    "dnf",
+    "rpm",
+    "systemctl",
+    "sysctl",
+    "modprobe",
+    "kubelet",
+    "kubeadm",
 ];
 
 fn stub(tool: &str) -> String {
