@@ -3,10 +3,10 @@
 use std::fmt;
 
 use async_trait::async_trait;
-use bootstrap_cloudinit::{CloudConfigLayer, Content, Secret, WriteFile};
+use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, Content, Secret, WriteFile};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
-    DecoupledSoftware, Machine, ProviderId, Result, Software, Transport, check_dns_label,
+    DecoupledSoftware, Error, Machine, ProviderId, Result, Software, Transport, check_dns_label,
 };
 use recipes::{
     AptRepository, Containerd, Package, PackageFamily, Packages, Recipe, RecipeLayer, SwapOff,
@@ -49,7 +49,9 @@ const PACKAGES: [&str; 3] = ["kubelet", "kubeadm", "kubectl"];
 ///
 /// Coupled ([`KubeadmLayer::coupled`]): a cloud-config; a machine's user data is
 /// rendered before the machine exists, so the provider ID is passed in (known ahead
-/// for bare metal and for providers that name machines before creating them).
+/// for bare metal and for providers that name machines before creating them), or
+/// [`KubeadmLayer::coupled_from_instance_data`] has cloud-init fill it in on the
+/// machine from a template over its instance data (a cloud's instance ID and zone).
 /// Completion is the composer's usual check (cloud-init's status or the sentinel):
 /// a failed kubeadm fails `runcmd`, which cloud-init reports.
 ///
@@ -222,6 +224,65 @@ impl KubeadmLayer {
             cc = cc.with_runcmd(command);
         }
         CloudConfigLayer::new(self.name.clone(), cc)
+    }
+
+    /// The coupled path when the provider ID is only known on the machine: a
+    /// cloud-init Jinja part (`## template: jinja`) whose kubelet `provider-id` is
+    /// `template` rendered by cloud-init with the instance data, such as
+    /// `aws:///{{ v1.availability_zone }}/{{ v1.instance_id }}`. The rest of the
+    /// document is the same as [`KubeadmLayer::coupled`]'s.
+    ///
+    /// Refuses (field `kubeadm.providerIdTemplate`) a template without a `{{ }}`
+    /// expression, with quotes, line breaks or Jinja statements, or that is not a
+    /// provider ID URI once its expressions are filled; and a layer whose own content
+    /// holds Jinja delimiters, which cloud-init would try to render.
+    pub fn coupled_from_instance_data(&self, template: &str) -> Result<CloudConfigLayer> {
+        const FIELD: &str = "kubeadm.providerIdTemplate";
+        let bad = |why: &str| {
+            Error::invalid_spec(FIELD, format!("{} {why}", machine_core::shown(template)))
+        };
+        if !template.contains("{{")
+            || template.contains(['\'', '"', '\\', '\n', '\r'])
+            || template.contains("{%")
+            || template.contains("{#")
+        {
+            return Err(bad(
+                "is not a provider ID template: one line, no quotes, {{ }} expressions only",
+            ));
+        }
+        // Filled with a word, it must be a provider ID URI.
+        let mut filled = String::new();
+        let mut rest = template;
+        while let Some(start) = rest.find("{{") {
+            let end = rest[start..]
+                .find("}}")
+                .ok_or_else(|| bad("has an unclosed {{"))?;
+            filled.push_str(&rest[..start]);
+            filled.push('x');
+            rest = &rest[start + end + 2..];
+        }
+        filled.push_str(rest);
+        ProviderId::new(filled).map_err(|_| bad("is not a provider ID URI like aws:///{{ v1.availability_zone }}/{{ v1.instance_id }}"))?;
+
+        let placeholder = ProviderId::new("kubeadm-placeholder:///provider-id")?;
+        let doc = self.coupled(&placeholder)?.render()?;
+        if !doc.contains(placeholder.as_str()) {
+            return Err(Error::permanent(
+                "the rendered cloud-config lost the provider ID placeholder",
+            ));
+        }
+        if ["{{", "{%", "{#"].iter().any(|d| doc.contains(d)) {
+            return Err(Error::invalid_spec(
+                FIELD,
+                "the layer's content holds Jinja delimiters ({{, {% or {#), which cloud-init would render: use coupled() with a known provider ID",
+            ));
+        }
+        let template_doc = format!(
+            "## template: jinja\n{}",
+            doc.replace(placeholder.as_str(), template)
+        );
+        CloudConfigLayer::new(self.name.clone(), CloudConfig::default())?
+            .with_jinja2("kubeadm.yaml", template_doc)
     }
 
     /// The decoupled path's steps for the machine `provider_id`.

@@ -45,6 +45,18 @@ async fn boot(layer: &KubeadmLayer, provider_id: &str, rpm: bool) -> (Root, Stri
     let pid = ProviderId::new(provider_id).unwrap();
     let coupled = layer.coupled(&pid).unwrap();
     peers::assert_valid_cloud_config(&coupled.render().unwrap());
+    let instance = unique("kubeadm");
+    boot_as(coupled, &instance, provider_id, rpm).await
+}
+
+/// Boots the coupled layer `coupled` (after the stubs) as instance `instance`.
+async fn boot_as(
+    coupled: bootstrap_cloudinit::CloudConfigLayer,
+    instance: &str,
+    provider_id: &str,
+    rpm: bool,
+) -> (Root, String) {
+    let pid = ProviderId::new(provider_id).unwrap();
     // The chroot's PATH is /usr/sbin:/usr/bin:/sbin:/bin: stubs in /usr/sbin come first.
     let built = Bootstrap::new("node", vec![stubs::fixture("/usr/sbin"), coupled])
         .unwrap()
@@ -58,7 +70,7 @@ async fn boot(layer: &KubeadmLayer, provider_id: &str, rpm: bool) -> (Root, Stri
             .with_gzip(true),
         )
         .unwrap();
-    let root = Root::new(&built.user_data.bytes, &unique("kubeadm"));
+    let root = Root::new(&built.user_data.bytes, instance);
     if rpm {
         std::fs::write(
             root.upper("/etc/cloud/cloud.cfg.d/95-rpm-family.cfg"),
@@ -281,4 +293,47 @@ async fn worker_on_the_rpm_family_installs_with_dnf_from_the_yum_repository() {
         ),
         "{repo}"
     );
+}
+
+#[tokio::test]
+async fn a_provider_id_known_only_on_the_machine_is_rendered_by_cloud_init_from_instance_data() {
+    let layer = KubeadmNode::worker(
+        "1.31.4",
+        "10.0.0.10:6443",
+        SecretString::from(TOKEN),
+        hash(),
+    )
+    .with_apt_key(KEY)
+    .layer("kubernetes")
+    .unwrap();
+    for bad in [
+        "sim:///i-1",
+        "sim:///{{ v1.instance_id }}\n",
+        "{{ v1.instance_id }}",
+        "sim:///{% if 1 %}x{% endif %}",
+        "sim:///'{{ v1.instance_id }}'",
+    ] {
+        assert_eq!(
+            layer.coupled_from_instance_data(bad).unwrap_err().field(),
+            Some("kubeadm.providerIdTemplate"),
+            "{bad:?}"
+        );
+    }
+    let coupled = layer
+        .coupled_from_instance_data("sim:///{{ v1.instance_id }}")
+        .unwrap();
+    let instance = unique("kubeadm");
+    let pid = format!("sim:///{instance}");
+    let (root, calls) = boot_as(coupled, &instance, &pid, false).await;
+    let (call, config) = kubeadm_call(&root, &calls);
+    assert_eq!(
+        call,
+        "kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml"
+    );
+    // cloud-init filled in the machine's own instance ID.
+    assert_eq!(
+        config,
+        layer.config(&ProviderId::new(&pid).unwrap()).unwrap()
+    );
+    apt_checks(&calls);
 }
