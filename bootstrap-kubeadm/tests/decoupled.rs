@@ -174,3 +174,64 @@ async fn a_link_cut_after_join_and_reruns_never_run_kubeadm_join_twice() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rpm_family_over_ssh_writes_the_yum_repository_and_installs_with_dnf() {
+    let lab = Lab::new();
+    let provider = lab.provider("kubeadm-rpm");
+    let key = ClientKey::new();
+    let layer = Arc::new(
+        KubeadmNode::control_plane_join(
+            "1.30.8",
+            "cp.example.com:6443",
+            SecretString::from(TOKEN),
+            format!("sha256:{}", "5e".repeat(32)),
+            SecretString::from("0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"),
+        )
+        .with_family(recipes::PackageFamily::Dnf)
+        .layer("kubernetes")
+        .unwrap(),
+    );
+    let composer = Composer::builder(provider.clone())
+        .coupled(Arc::new(stubs::fixture("/usr/local/sbin")))
+        .decoupled(layer.clone())
+        .connector(key.connector())
+        .completion(Arc::new(CloudInitStatus::new()))
+        .build()
+        .unwrap();
+    let name = MachineName::new("kubeadm-rpm").unwrap();
+    let mut spec = MachineSpec::new(name.clone());
+    spec.ssh = Some(key.access("root"));
+    let done = composer
+        .provision(&spec, &CancellationToken::new())
+        .await
+        .unwrap_or_else(|e| panic!("provision: {e}"));
+    assert_eq!(done.machine.phase, Phase::Ready);
+    let out = key
+        .run(
+            &done.machine,
+            &format!("cat {}; echo ==; cat {}", bootstrap_kubeadm::YUM_REPO, stubs::CALLS),
+        )
+        .await;
+    let (repo, calls) = out.split_once("==\n").unwrap();
+    assert!(repo.contains("baseurl=https://pkgs.k8s.io/core:/stable:/v1.30/rpm/\n"), "{repo}");
+    assert!(stubs::calls_of(calls, "apt-get").is_empty(), "{calls}");
+    assert!(stubs::calls_of(calls, "apt-mark").is_empty(), "{calls}");
+    assert!(
+        calls.contains("dnf -y install containerd kubelet-1.30.8 kubeadm-1.30.8 kubectl-1.30.8\n"),
+        "{calls}"
+    );
+    assert_eq!(
+        stubs::calls_of(calls, "kubeadm"),
+        ["kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml"]
+    );
+    let config = KubeadmConfig::parse(
+        &key.run(&done.machine, "cat /var/log/kubeadm.config.1").await,
+    )
+    .unwrap();
+    assert_eq!(config, layer.config(&done.machine.provider_id).unwrap());
+    composer
+        .deprovision(&name, &CancellationToken::new())
+        .await
+        .unwrap();
+}
