@@ -61,9 +61,10 @@ const PACKAGES: [&str; 3] = ["kubelet", "kubeadm", "kubectl"];
 /// a kubeadm step that ran but was not recorded (the link went down in between) is
 /// guarded by [`KUBELET_CONF`], so `kubeadm join` never runs twice on a node.
 ///
-/// A new version is a new layer value: its package pins differ, so the packages are
-/// installed again; kubeadm is not run again on a node that already joined (upgrading
-/// the control plane with `kubeadm upgrade` is left to the operator).
+/// A new version is a new layer value: applied decoupled to a node that has the old
+/// one, its package pins differ, so the packages are released from `apt-mark hold`,
+/// installed at the new version and held again; kubeadm is not run again on a node
+/// that already joined (`kubeadm upgrade` is left to the operator).
 #[derive(Clone)]
 pub struct KubeadmLayer {
     name: String,
@@ -189,7 +190,12 @@ impl KubeadmLayer {
     fn after_packages(&self) -> Vec<String> {
         let mut c = Vec::new();
         if self.node.family == PackageFamily::Apt {
-            c.push(format!("apt-mark hold {}", PACKAGES.join(" ")));
+            // Versioned like the unhold step, so that it runs again after an upgrade.
+            c.push(format!(
+                "apt-mark hold {} # after installing {}",
+                PACKAGES.join(" "),
+                self.version
+            ));
         }
         c.push("systemctl enable kubelet".to_owned());
         c
@@ -290,6 +296,18 @@ impl KubeadmLayer {
         let mut steps = Vec::new();
         if let Some(repo) = self.yum_repo() {
             steps.push(Step::write_file(YUM_REPO, repo));
+        }
+        if self.node.family == PackageFamily::Apt {
+            // A new version on a node that has the held packages: apt-get refuses to
+            // change held packages, so release them first (nothing to release on a
+            // fresh machine, where apt-mark's complaint is of no matter).
+            // The version in a comment: a decoupled step already done is skipped, and
+            // this one must run again for each new version.
+            steps.push(Step::run(format!(
+                "apt-mark unhold {} >/dev/null 2>&1 || true # before installing {}",
+                PACKAGES.join(" "),
+                self.version
+            )));
         }
         steps.extend(self.recipes.steps());
         steps.extend(self.after_packages().into_iter().map(Step::run));

@@ -7,7 +7,8 @@
 //! recorded: the run fails; the rerun once the link is back skips every recorded step
 //! and finds the node joined ([`bootstrap_kubeadm::KUBELET_CONF`]), so kubeadm is called
 //! once in all, as are the package manager's install; a rerun with the layer's state
-//! file gone calls kubeadm no more.
+//! file gone calls kubeadm no more, nor does a new layer value with another version,
+//! which installs the packages at the new pins.
 
 mod stubs;
 
@@ -169,6 +170,53 @@ async fn a_link_cut_after_join_and_reruns_never_run_kubeadm_join_twice() {
         "the packages step ran again (nothing is installed for real):\n{last}"
     );
 
+    // Upgrading is a new layer value: the packages at the new pins (released from
+    // their hold first), kubeadm not again.
+    let upgraded = Arc::new(
+        KubeadmNode::worker(
+            "1.32.0",
+            "10.0.0.10:6443",
+            SecretString::from(TOKEN),
+            format!("sha256:{}", "5e".repeat(32)),
+        )
+        .with_apt_key(KEY)
+        .with_label("pool", "general")
+        .layer("kubernetes")
+        .unwrap(),
+    );
+    let upgrade = Composer::builder(provider.clone())
+        .coupled(Arc::new(stubs::fixture("/usr/local/sbin")))
+        .coupled(Arc::new(hold_kubeadm()))
+        .decoupled(upgraded.clone())
+        .connector(key.connector())
+        .completion(Arc::new(CloudInitStatus::new()))
+        .build()
+        .unwrap();
+    let up = upgrade
+        .provision(&spec, &CancellationToken::new())
+        .await
+        .unwrap_or_else(|e| panic!("the upgrade failed: {e}"));
+    assert_eq!(up.machine.phase, Phase::Ready);
+    let upgraded_calls = calls();
+    let new_part = &upgraded_calls[last.len()..];
+    let unhold = new_part
+        .find("apt-mark unhold kubelet kubeadm kubectl\n")
+        .unwrap_or_else(|| panic!("no unhold in:\n{new_part}"));
+    let install = new_part
+        .find(&format!(
+            "{installs}containerd kubelet=1.32.0-1.1 kubeadm=1.32.0-1.1 kubectl=1.32.0-1.1\n"
+        ))
+        .unwrap_or_else(|| panic!("no install of 1.32.0 in:\n{new_part}"));
+    let hold = new_part
+        .find("apt-mark hold kubelet kubeadm kubectl\n")
+        .unwrap_or_else(|| panic!("no hold in:\n{new_part}"));
+    assert!(unhold < install && install < hold, "{new_part}");
+    assert_eq!(
+        count(&upgraded_calls, "kubeadm "),
+        1,
+        "kubeadm ran again:\n{upgraded_calls}"
+    );
+
     composer
         .deprovision(&name, &CancellationToken::new())
         .await
@@ -210,11 +258,18 @@ async fn the_rpm_family_over_ssh_writes_the_yum_repository_and_installs_with_dnf
     let out = key
         .run(
             &done.machine,
-            &format!("cat {}; echo ==; cat {}", bootstrap_kubeadm::YUM_REPO, stubs::CALLS),
+            &format!(
+                "cat {}; echo ==; cat {}",
+                bootstrap_kubeadm::YUM_REPO,
+                stubs::CALLS
+            ),
         )
         .await;
     let (repo, calls) = out.split_once("==\n").unwrap();
-    assert!(repo.contains("baseurl=https://pkgs.k8s.io/core:/stable:/v1.30/rpm/\n"), "{repo}");
+    assert!(
+        repo.contains("baseurl=https://pkgs.k8s.io/core:/stable:/v1.30/rpm/\n"),
+        "{repo}"
+    );
     assert!(stubs::calls_of(calls, "apt-get").is_empty(), "{calls}");
     assert!(stubs::calls_of(calls, "apt-mark").is_empty(), "{calls}");
     assert!(
@@ -226,7 +281,8 @@ async fn the_rpm_family_over_ssh_writes_the_yum_repository_and_installs_with_dnf
         ["kubeadm join --config /etc/kubernetes/machine-kubeadm.yaml"]
     );
     let config = KubeadmConfig::parse(
-        &key.run(&done.machine, "cat /var/log/kubeadm.config.1").await,
+        &key.run(&done.machine, "cat /var/log/kubeadm.config.1")
+            .await,
     )
     .unwrap();
     assert_eq!(config, layer.config(&done.machine.provider_id).unwrap());
