@@ -186,16 +186,17 @@ impl KubeadmLayer {
         })
     }
 
-    /// Commands after the packages, before kubeadm.
-    fn after_packages(&self) -> Vec<String> {
+    /// Commands after the packages, before kubeadm. `versioned` (the decoupled path)
+    /// adds the version in a comment, so that the step record does not skip them
+    /// after an upgrade.
+    fn after_packages(&self, versioned: bool) -> Vec<String> {
         let mut c = Vec::new();
         if self.node.family == PackageFamily::Apt {
-            // Versioned like the unhold step, so that it runs again after an upgrade.
-            c.push(format!(
-                "apt-mark hold {} # after installing {}",
-                PACKAGES.join(" "),
-                self.version
-            ));
+            let mut hold = format!("apt-mark hold {}", PACKAGES.join(" "));
+            if versioned {
+                hold.push_str(&format!(" # after installing {}", self.version));
+            }
+            c.push(hold);
         }
         c.push("systemctl enable kubelet".to_owned());
         c
@@ -222,12 +223,14 @@ impl KubeadmLayer {
         );
         early.append(&mut cc.write_files);
         cc.write_files = early;
+        // runcmd is one script run without -e: each command stops it on failure, so
+        // cloud-init reports the layer failed (and kubeadm never runs half-installed).
         for command in self
-            .after_packages()
+            .after_packages(false)
             .into_iter()
             .chain([self.guarded_kubeadm()])
         {
-            cc = cc.with_runcmd(command);
+            cc = cc.with_runcmd(format!("{command} || exit 1"));
         }
         CloudConfigLayer::new(self.name.clone(), cc)
     }
@@ -310,7 +313,7 @@ impl KubeadmLayer {
             )));
         }
         steps.extend(self.recipes.steps());
-        steps.extend(self.after_packages().into_iter().map(Step::run));
+        steps.extend(self.after_packages(true).into_iter().map(Step::run));
         let config = self.config(provider_id)?.render()?;
         steps.push(Step::write_file_mode(KUBEADM_CONFIG, config, 0o600));
         steps.push(Step::run(self.guarded_kubeadm()));

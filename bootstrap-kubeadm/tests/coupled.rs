@@ -337,3 +337,51 @@ async fn a_provider_id_known_only_on_the_machine_is_rendered_by_cloud_init_from_
     );
     apt_checks(&calls);
 }
+
+#[tokio::test]
+async fn a_failed_step_stops_before_kubeadm_and_fails_the_boot_as_cloud_init_reports_it() {
+    let layer = KubeadmNode::worker(
+        "1.31.4",
+        "10.0.0.10:6443",
+        SecretString::from(TOKEN),
+        hash(),
+    )
+    .with_apt_key(KEY)
+    .layer("kubernetes")
+    .unwrap();
+    let pid = ProviderId::new("sim:///fail-1").unwrap();
+    let built = Bootstrap::new(
+        "node",
+        vec![stubs::fixture("/usr/sbin"), layer.coupled(&pid).unwrap()],
+    )
+    .unwrap()
+    .output(Output::Multipart)
+    .build(
+        &UserDataDelivery::new(
+            64 * 1024,
+            SizeBasis::Raw,
+            vec![UserDataFormat::CloudConfig, UserDataFormat::Mime],
+        )
+        .with_gzip(true),
+    )
+    .unwrap();
+    let root = Root::new(&built.user_data.bytes, &unique("kubeadm-fail"));
+    // The machine's systemctl fails (its stub is told so before boot).
+    std::fs::write(root.upper("/etc/stub-fail-systemctl"), "1\n").unwrap();
+    root.boot();
+    let machine = Machine::new(MachineName::new("node").unwrap(), pid, Phase::Provisioned);
+    let status = CloudInitStatus::new().check(&machine, &root).await.unwrap();
+    let calls = std::fs::read_to_string(root.upper(stubs::CALLS)).unwrap();
+    assert!(
+        calls.contains("systemctl enable kubelet\n"),
+        "the failing step ran:\n{calls}"
+    );
+    assert!(
+        stubs::calls_of(&calls, "kubeadm").is_empty(),
+        "kubeadm ran after a failed step:\n{calls}"
+    );
+    assert!(
+        matches!(status, Completion::Failed(_)),
+        "a failed step must fail the boot: {status:?}"
+    );
+}

@@ -1,7 +1,8 @@
 //! Recording stand-ins for the programs a Kubernetes node layer calls and this host
 //! cannot run for real (no network, no package archive, no cluster): each appends
 //! `name args` to [`CALLS`]; `kubeadm` also keeps a copy of the `--config` file it was
-//! given and leaves the kubelet's credentials as a real init or join would.
+//! given and leaves the kubelet's credentials as a real init or join would. A stub
+//! fails when the file `/etc/stub-fail-<tool>` exists.
 #![allow(dead_code)]
 
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, WriteFile};
@@ -24,7 +25,9 @@ pub const TOOLS: [&str; 9] = [
 
 fn stub(tool: &str) -> String {
     let mut s = format!(
-        "#!/bin/sh\n# Test stub for {tool}: records the call, installs and starts nothing.\nprintf '%s\\n' \"{tool} $*\" >> {CALLS}\n"
+        "#!/bin/sh\n# Test stub for {tool}: records the call, installs and starts nothing.\nprintf '%s\\n' \"{tool} $*\" >> {CALLS}\n\
+         # A test makes a tool fail by leaving /etc/stub-fail-<tool>.\n\
+         if [ -f /etc/stub-fail-{tool} ]; then echo '{tool} stub: asked to fail' >&2; exit 1; fi\n"
     );
     match tool {
         // Nothing is installed: the decoupled path's `rpm -q` checks see no package.
