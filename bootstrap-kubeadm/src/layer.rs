@@ -294,8 +294,9 @@ impl KubeadmLayer {
             .with_jinja2("kubeadm.yaml", template_doc)
     }
 
-    /// The decoupled path's steps for the machine `provider_id`.
-    pub fn steps(&self, provider_id: &ProviderId) -> Result<Vec<Step>> {
+    /// The decoupled path's steps for the machine `provider_id`. Not public: a step
+    /// holds the configuration with the token, and [`Step`]'s Debug shows content.
+    fn steps(&self, provider_id: &ProviderId) -> Result<Vec<Step>> {
         let mut steps = Vec::new();
         if let Some(repo) = self.yum_repo() {
             steps.push(Step::write_file(YUM_REPO, repo));
@@ -320,9 +321,14 @@ impl KubeadmLayer {
         Ok(steps)
     }
 
-    /// The decoupled path for the machine `provider_id`, as a step layer (whose state
-    /// file is named after this layer).
-    pub fn decoupled_for(&self, provider_id: &ProviderId) -> Result<StepLayer> {
+    /// Where the decoupled path records its done steps on a machine (named after the
+    /// layer, in [`machine_core::steps::DEFAULT_STATE_DIR`]).
+    pub fn state_path(&self) -> Result<String> {
+        Ok(StepLayer::new(self.name.clone(), Vec::new())?.state_path())
+    }
+
+    /// The decoupled path for the machine `provider_id`, as a step layer.
+    fn decoupled_for(&self, provider_id: &ProviderId) -> Result<StepLayer> {
         StepLayer::new(self.name.clone(), self.steps(provider_id)?)
     }
 }

@@ -152,10 +152,7 @@ async fn a_link_cut_after_join_and_reruns_never_run_kubeadm_join_twice() {
 
     // A rerun with the state file gone runs every step again but kubeadm, which is
     // guarded by the kubelet's credentials.
-    let state_file = layer
-        .decoupled_for(&done.machine.provider_id)
-        .unwrap()
-        .state_path();
+    let state_file = layer.state_path().unwrap();
     key.run(&done.machine, &format!("rm {state_file}")).await;
     let again = composer
         .provision(&spec, &CancellationToken::new())
