@@ -528,6 +528,38 @@ pub async fn delete_twice_succeeds(c: &Clients, fx: &Fixture) {
         .unwrap_or_else(|e| panic!("{p}: delete of a gone machine failed: {e}"));
 }
 
+/// Telling a provider twice that a running machine's bootstrap finished succeeds both
+/// times and leaves the machine running and found by its name: the composer may say it
+/// again after a restart or a retry.
+pub async fn bootstrap_finished_is_idempotent(c: &Clients, fx: &Fixture) {
+    let p = c.provider.as_ref();
+    let (spec, m) = fx.create(p, "finished").await;
+    let running = fx
+        .wait_for(p, &m.provider_id, "running", Phase::is_running)
+        .await;
+    for time in ["first", "second"] {
+        p.bootstrap_finished(&running)
+            .await
+            .unwrap_or_else(|e| panic!("{p}: bootstrap_finished failed the {time} time: {e}"));
+    }
+    let after = fx.get(p, &m.provider_id).await;
+    assert!(
+        after.phase.is_running(),
+        "{p}: bootstrap_finished stopped the machine: {}",
+        after.phase
+    );
+    let found = p
+        .find(&spec.name)
+        .await
+        .unwrap_or_else(|e| panic!("{p}: find failed: {e}"));
+    assert_eq!(
+        found.map(|f| f.provider_id),
+        Some(m.provider_id.clone()),
+        "{p}: the machine is not found by its name after bootstrap_finished"
+    );
+    fx.cleanup(p, &m).await;
+}
+
 /// An unknown ID is not-found for get, and deleting it succeeds.
 pub async fn unknown_id_is_not_found(c: &Clients, fx: &Fixture) {
     let p = c.provider.as_ref();
@@ -941,6 +973,7 @@ pub async fn run_all(c: &Clients, fx: &Fixture) {
     new_client_adopts(c, fx).await;
     owners_never_see_each_other(c, fx).await;
     machines_reach_running(c, fx).await;
+    bootstrap_finished_is_idempotent(c, fx).await;
     declared_power_operations_work(c, fx).await;
     undeclared_operations_are_refused(c, fx).await;
     user_data_round_trips(c, fx).await;
@@ -990,6 +1023,7 @@ macro_rules! conformance_tests {
             new_client_adopts,
             owners_never_see_each_other,
             machines_reach_running,
+            bootstrap_finished_is_idempotent,
             declared_power_operations_work,
             undeclared_operations_are_refused,
             user_data_round_trips,
@@ -1077,6 +1111,11 @@ impl MachineProvisioner for Counting {
         self.tick();
         self.inner.console_output(id).await
     }
+
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        self.tick();
+        self.inner.bootstrap_finished(machine).await
+    }
 }
 
 /// Cancels a token as soon as a create call returns, then yields, so that the
@@ -1124,5 +1163,9 @@ impl MachineProvisioner for CancelAfterCreate {
     }
     async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {
         self.inner.console_output(id).await
+    }
+
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        self.inner.bootstrap_finished(machine).await
     }
 }

@@ -93,6 +93,22 @@ pub trait MachineProvisioner: Send + Sync + std::fmt::Display {
 
     /// The machine's console output, where [`Capabilities::console_output`] says so.
     async fn console_output(&self, id: &ProviderId) -> Result<Option<String>>;
+
+    /// The composer saw `machine`'s software in place and is about to report it Ready:
+    /// withdraw what only its bootstrap needed. vSphere empties `guestinfo.userdata`,
+    /// whose secrets anyone who may read the VM's configuration could otherwise read;
+    /// a Redfish pool takes its seed image off the network.
+    ///
+    /// Called only once the composer has observed the bootstrap end (a completion check
+    /// passed, or the decoupled layers ran), never for a machine whose coupled layers it
+    /// cannot see finish, since cloud-init may not have read its user data yet. It may be
+    /// called again for the same machine (after a controller restart, or a retry), so it
+    /// must be idempotent. An error keeps the machine from Ready and is retried by its
+    /// kind. The default does nothing.
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        let _ = machine;
+        Ok(())
+    }
 }
 
 /// The error a provider returns for a power operation it does not support.
@@ -141,5 +157,9 @@ impl<P: MachineProvisioner + ?Sized> MachineProvisioner for std::sync::Arc<P> {
 
     async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {
         (**self).console_output(id).await
+    }
+
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        (**self).bootstrap_finished(machine).await
     }
 }

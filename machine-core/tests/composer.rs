@@ -102,6 +102,49 @@ async fn coupled_layer_goes_into_user_data_and_completion_is_checked() {
 }
 
 #[tokio::test]
+async fn the_provider_hears_once_that_the_bootstrap_finished_and_not_on_a_resync() {
+    let cloud = SimCloud::new();
+    let provider = sim(&cloud, SimConfig::default());
+    let composer = Composer::builder(provider.clone())
+        .coupled(base())
+        .connector(Arc::new(SimConnector::new(cloud.clone())))
+        .completion(Arc::new(SentinelFile::default()))
+        .settings(fast_settings())
+        .build()
+        .unwrap();
+    let s = spec("finished");
+    let done = composer
+        .provision(&s, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(done.machine.phase, Phase::Ready);
+    assert_eq!(cloud.bootstrap_finished_calls(&done.machine.provider_id), 1);
+    // A controller's periodic resync of a Ready machine does not call it again.
+    let again = composer.reconcile(&s, Some(&done.machine)).await.unwrap();
+    assert_eq!(again.machine.unwrap().phase, Phase::Ready);
+    assert_eq!(cloud.bootstrap_finished_calls(&done.machine.provider_id), 1);
+}
+
+#[tokio::test]
+async fn the_provider_is_not_told_the_bootstrap_finished_when_the_composer_cannot_see_it() {
+    // Coupled layers and no completion check: Ready as soon as it runs, but cloud-init
+    // may not have read its user data yet, so nothing may be withdrawn.
+    let cloud = SimCloud::new();
+    let provider = sim(&cloud, SimConfig::default());
+    let composer = Composer::builder(provider.clone())
+        .coupled(base())
+        .settings(fast_settings())
+        .build()
+        .unwrap();
+    let done = composer
+        .provision(&spec("unseen"), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(done.machine.phase, Phase::Ready);
+    assert_eq!(cloud.bootstrap_finished_calls(&done.machine.provider_id), 0);
+}
+
+#[tokio::test]
 async fn decoupled_layers_run_over_the_transport_in_order() {
     let cloud = SimCloud::new();
     let composer = Composer::builder(sim(&cloud, SimConfig::default()))

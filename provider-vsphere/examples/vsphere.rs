@@ -25,7 +25,8 @@ use anyhow::{Context, Result, bail};
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, WriteFile};
 use machine_core::decorators::Retrying;
 use machine_core::{
-    CancellationToken, Composer, ComposerSettings, MachineName, MachineSpec, RetryPolicy,
+    CancellationToken, Composer, ComposerSettings, MachineName, MachineProvisioner, MachineSpec,
+    RetryPolicy,
 };
 use provider_vsphere::{VsphereConfig, VsphereProvider};
 
@@ -89,8 +90,10 @@ async fn main() -> Result<()> {
     for r in &results {
         match &r.outcome {
             Ok(done) => {
-                // The composer has no post-Ready hook: scrub the user data here.
-                provider.scrub_user_data(&done.machine.provider_id).await?;
+                // Without a completion check the composer cannot see cloud-init finish,
+                // so it leaves the user data in place; once the operator knows the
+                // machine booted, this scrubs it.
+                provider.bootstrap_finished(&done.machine).await?;
                 println!(
                     "ready    {} {} ({})",
                     r.name, done.machine.provider_id, done.timeline

@@ -56,7 +56,9 @@
 //! ## User data
 //! `guestinfo.userdata` and `guestinfo.metadata` with their `.encoding`
 //! (`gzip+base64`), up to [`USER_DATA_LIMIT`] bytes of base64.
-//! [`VsphereProvider::scrub_user_data`] empties it once the machine is Ready.
+//! It is emptied when the composer has seen the bootstrap end
+//! ([`MachineProvisioner::bootstrap_finished`](machine_core::MachineProvisioner::bootstrap_finished)),
+//! so its secrets do not stay readable to everyone who may read the VM's configuration.
 
 pub mod config;
 pub mod guestinfo;

@@ -90,13 +90,10 @@ impl VsphereProvider {
         self.client.logout().await
     }
 
-    /// Empties `guestinfo.userdata` (and its encoding) of the machine, so that the
-    /// secrets in its user data are no longer readable by anyone who may read the
-    /// VM's configuration. Call it once the machine is Ready (cloud-init has read its
-    /// user data by then); machine-core's composer has no post-Ready hook yet, so the
-    /// caller calls it. Meta-data stays: cloud-init needs its instance id at every
-    /// boot. Scrubbing a machine whose data is already empty is a no-op.
-    pub async fn scrub_user_data(&self, id: &ProviderId) -> Result<()> {
+    /// Empties `guestinfo.userdata` (and its encoding) of the machine: the body of
+    /// [`MachineProvisioner::bootstrap_finished`]. Meta-data stays: cloud-init needs its
+    /// instance id at every boot. A machine whose data is already empty is left alone.
+    async fn scrub_user_data(&self, id: &ProviderId) -> Result<()> {
         let vm = self.owned(id).await?;
         if vm.extra(guestinfo::USERDATA).is_none_or(str::is_empty) {
             return Ok(());
@@ -624,6 +621,13 @@ impl MachineProvisioner for VsphereProvider {
         Err(Error::permanent(format!(
             "{self} does not read console output (vSphere has no serial console API)"
         )))
+    }
+
+    /// Scrubs the user data: once cloud-init has read it, the secrets it may hold must
+    /// not stay readable to everyone with read access on the VM (Cluster API vSphere
+    /// issue #582). The composer calls this before it reports the machine Ready.
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        self.scrub_user_data(&machine.provider_id).await
     }
 }
 

@@ -53,7 +53,7 @@ async fn user_data_round_trips_through_guestinfo_and_is_scrubbed() {
         assert!(raw.contains(key), "extraConfig lacks {key}");
     }
 
-    p.scrub_user_data(&m.provider_id).await.expect("scrub");
+    p.bootstrap_finished(&m).await.expect("scrub");
     assert!(
         p.user_data(&m.provider_id)
             .await
@@ -62,9 +62,7 @@ async fn user_data_round_trips_through_guestinfo_and_is_scrubbed() {
         "user data still readable after the scrub"
     );
     // Scrubbing again is a no-op, and the machine is unharmed.
-    p.scrub_user_data(&m.provider_id)
-        .await
-        .expect("second scrub");
+    p.bootstrap_finished(&m).await.expect("second scrub");
     assert!(p.get(&m.provider_id).await.expect("get").phase.is_running());
     p.delete(&m.provider_id).await.expect("delete");
 }

@@ -297,6 +297,10 @@ impl Composer {
                 Ok(_) => break,
             }
         }
+        self.provider
+            .bootstrap_finished(m)
+            .await
+            .map_err(|e| e.context(format_args!("finishing the bootstrap of {}", m.name)))?;
         m.phase = Phase::Ready;
         Ok(Action::AwaitChange)
     }

@@ -232,4 +232,11 @@ impl<P: MachineProvisioner> MachineProvisioner for FaultInjecting<P> {
         self.call("console_output", || self.inner.console_output(id))
             .await
     }
+
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        self.call("bootstrap_finished", || {
+            self.inner.bootstrap_finished(machine)
+        })
+        .await
+    }
 }

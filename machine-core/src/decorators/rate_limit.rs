@@ -103,4 +103,9 @@ impl<P: MachineProvisioner> MachineProvisioner for RateLimited<P> {
         self.permit().await;
         self.inner.console_output(id).await
     }
+
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        self.permit().await;
+        self.inner.bootstrap_finished(machine).await
+    }
 }

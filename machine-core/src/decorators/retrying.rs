@@ -89,4 +89,12 @@ impl<P: MachineProvisioner> MachineProvisioner for Retrying<P> {
             .retry("console_output", || self.inner.console_output(id))
             .await
     }
+
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        self.policy
+            .retry("bootstrap_finished", || {
+                self.inner.bootstrap_finished(machine)
+            })
+            .await
+    }
 }

@@ -146,6 +146,8 @@ struct SimMachine {
     delete_at: Option<Instant>,
     cell: Arc<HostCell>,
     seq: u64,
+    /// How often the composer said its bootstrap finished.
+    bootstrap_finished: usize,
 }
 
 impl SimMachine {
@@ -210,6 +212,16 @@ impl SimCloud {
     /// How many machines exist, in any phase, deleted ones included.
     pub fn machine_count(&self) -> usize {
         self.lock().machines.len()
+    }
+
+    /// How many times [`MachineProvisioner::bootstrap_finished`] was called for the
+    /// machine with `id` (0 for an unknown machine). The simulator withdraws nothing;
+    /// it counts, so that tests see when the composer calls it.
+    pub fn bootstrap_finished_calls(&self, id: &ProviderId) -> usize {
+        self.lock()
+            .machines
+            .get(id)
+            .map_or(0, |m| m.bootstrap_finished)
     }
 
     /// A copy of what happened on the machine with `id`: its files and commands.
@@ -490,6 +502,7 @@ impl MachineProvisioner for SimProvider {
             delete_at: None,
             cell: HostCell::new(),
             seq,
+            bootstrap_finished: 0,
         };
         let view = self.view(&mut m, now);
         st.by_name.insert(key, id.clone());
@@ -603,6 +616,21 @@ impl MachineProvisioner for SimProvider {
             log.push_str("-----END SSH HOST KEY KEYS-----\n");
         }
         Ok(Some(log))
+    }
+
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        let mut st = self.cloud.lock();
+        st.api_calls += 1;
+        match st.machines.get_mut(&machine.provider_id) {
+            Some(m) if m.owner == self.config.owner => {
+                m.bootstrap_finished += 1;
+                Ok(())
+            }
+            _ => Err(Error::not_found(format!(
+                "no machine {}",
+                machine.provider_id
+            ))),
+        }
     }
 }
 
