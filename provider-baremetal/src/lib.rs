@@ -36,9 +36,10 @@
 //! # }
 //! ```
 //!
-//! Redfish BMCs (power control and virtual media for machines that must be installed)
-//! are not here yet.
+//! The [`redfish`] module holds the other half: servers behind Redfish BMCs, powered
+//! and booted through the BMC.
 
+pub mod redfish;
 pub mod static_hosts;
 
 pub use static_hosts::{HostEntry, StaticHostSettings, StaticHostsConfig, StaticHostsProvider};

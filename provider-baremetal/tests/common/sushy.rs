@@ -1,0 +1,172 @@
+//! A sushy-tools Redfish emulator per test: the fake driver (no libvirt), N fake
+//! systems, its own state directory, a free loopback port; killed by PID when dropped.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The virtualenv scripts/peers/60-sushy-tools.sh installs sushy-tools into.
+pub fn venv() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache"));
+    cache.join("machine-provisioning/sushy-tools")
+}
+
+/// One fake system's identity.
+#[derive(Debug, Clone)]
+pub struct FakeSystem {
+    /// Its Redfish id (a UUID, as sushy's fake driver uses).
+    pub id: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// A running sushy-emulator.
+pub struct Sushy {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The fake systems it serves, in the order configured.
+    pub systems: Vec<FakeSystem>,
+    dir: tempfile::TempDir,
+}
+
+impl Sushy {
+    /// Starts sushy-emulator with `n` fake systems, all powered off.
+    ///
+    /// # Panics
+    /// When sushy-tools is not installed (saying how to install it), or it does not
+    /// answer within 30 s.
+    pub fn start(n: usize) -> Sushy {
+        let bin = venv().join("bin/sushy-emulator");
+        assert!(
+            bin.exists(),
+            "sushy-emulator not found at {}: run scripts/peers/60-sushy-tools.sh (or scripts/test)",
+            bin.display()
+        );
+        let tag = format!("{:08x}", fastrand::u32(..));
+        let systems: Vec<FakeSystem> = (0..n)
+            .map(|i| FakeSystem {
+                id: format!("{tag}-0000-4000-8000-{i:012x}"),
+                name: format!("fake-{i}"),
+            })
+            .collect();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        // sushy takes a fixed port from its config: take a free one from the kernel and
+        // retry when another process grabs it first.
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free loopback port")
+                .port();
+            let fakes: Vec<String> = systems
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    format!(
+                        "{{'uuid': '{}', 'name': '{}', 'power_state': 'Off', \
+                         'nics': [{{'mac': '52:54:00:00:{:02x}:{:02x}', 'ip': '192.0.2.{}'}}]}}",
+                        s.id,
+                        s.name,
+                        i / 256,
+                        i % 256,
+                        1 + i % 250
+                    )
+                })
+                .collect();
+            let config = format!(
+                "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n\
+                 SUSHY_EMULATOR_LISTEN_PORT = {port}\n\
+                 SUSHY_EMULATOR_FAKE_DRIVER = True\n\
+                 SUSHY_EMULATOR_STATE_DIR = '{state}'\n\
+                 SUSHY_EMULATOR_FAKE_SYSTEMS = [{fakes}]\n",
+                state = dir.path().join("state").display(),
+                fakes = fakes.join(", "),
+            );
+            let config_path = dir.path().join("emulator.conf");
+            std::fs::write(&config_path, config).expect("writing sushy's config");
+            let log = std::fs::File::create(dir.path().join("emulator.log")).expect("log file");
+            let mut child = Command::new(&bin)
+                .arg("--config")
+                .arg(&config_path)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log file"))
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Some(status) = child.try_wait().expect("waiting on sushy") {
+                    let said = std::fs::read_to_string(dir.path().join("emulator.log"))
+                        .unwrap_or_default();
+                    if said.contains("Address already in use") {
+                        break;
+                    }
+                    panic!("sushy-emulator exited ({status}):\n{said}");
+                }
+                if answers(addr) {
+                    return Sushy {
+                        child,
+                        endpoint: format!("http://{addr}"),
+                        addr,
+                        systems,
+                        dir,
+                    };
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("sushy-emulator did not answer on {addr} within 30 s");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        panic!("sushy-emulator could not get a free port in 5 tries");
+    }
+
+    /// sushy's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What sushy logged so far (one line per request).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("emulator.log")).unwrap_or_default()
+    }
+}
+
+/// Whether a Redfish service root answers 200 at `addr`.
+fn answers(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = format!("GET /redfish/v1/ HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.") && &head[9..12] == b"200"
+}
+
+impl Drop for Sushy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("sushy-emulator at {} logged, last lines:", self.addr);
+            for line in tail.iter().rev() {
+                eprintln!("  {line}");
+            }
+        }
+    }
+}
