@@ -5,15 +5,14 @@ mod common;
 use std::time::{Duration, Instant};
 
 use machine_core::{ErrorKind, SecretString};
-use provider_baremetal::redfish::{
-    BmcCredentials, HttpOptions, PowerState, RedfishClient, http_client,
-};
+use provider_baremetal::redfish::{BmcCredentials, PowerState, RedfishClient};
+use provider_http::{HttpClient, HttpSettings};
 
 use common::Sushy;
 
 fn client(sushy: &Sushy) -> RedfishClient {
     RedfishClient::new(
-        http_client(&HttpOptions::default()).expect("http client"),
+        HttpClient::new(&HttpSettings::default()).expect("http client"),
         sushy.endpoint.parse().expect("url"),
         BmcCredentials::new("admin", SecretString::from("s3cr3t-pw")),
     )
@@ -76,9 +75,9 @@ async fn power_on_boot_override_and_errors() {
     let e = c.system("no-such-system").await.expect_err("missing system");
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 
-    // sushy's fake driver refuses AssetTag: a plain-text 400, permanent.
+    // sushy's fake driver refuses AssetTag: a plain-text 400.
     let e = c.set_asset_tag(&s, "team/web-1").await.expect_err("asset tag");
-    assert_eq!(e.kind(), ErrorKind::Permanent, "{e}");
+    assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{e}");
     assert!(e.to_string().contains("PATCH only works"), "{e}");
     assert!(!e.to_string().contains("s3cr3t-pw"));
     assert!(!format!("{c:?}").contains("s3cr3t-pw"));
@@ -92,7 +91,7 @@ async fn a_bmc_that_does_not_answer_is_transient() {
         .expect("port")
         .port();
     let c = RedfishClient::new(
-        http_client(&HttpOptions::default()).expect("http client"),
+        HttpClient::new(&HttpSettings::default()).expect("http client"),
         format!("http://127.0.0.1:{port}").parse().expect("url"),
         BmcCredentials::new("admin", SecretString::from("pw")),
     );

@@ -132,8 +132,158 @@ async fn a_failing_decoupled_step_fails_with_the_steps_own_message() {
     let lab = Lab::new();
     let (said, _) =
         provision_failing(&lab, "decoupled", false, Arc::new(CloudInitStatus::new())).await;
+    assert!(said.contains("step-broke-here"), "{said}");
+}
+
+/// Which of the marker files `names` exist in /etc on `machine`, read over SSH.
+async fn markers_present(
+    key: &ClientKey,
+    machine: &machine_core::Machine,
+    names: &[&str],
+) -> Vec<String> {
+    let listing = key
+        .run(machine, "cd /etc && ls -1 -- *.marker 2>/dev/null || true")
+        .await;
+    names
+        .iter()
+        .filter(|n| listing.lines().any(|l| l == format!("{n}.marker")))
+        .map(|n| n.to_string())
+        .collect()
+}
+
+fn marker(name: &str) -> Step {
+    Step::write_file(format!("/etc/{name}.marker"), format!("{name}\n"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_decoupled_step_stops_its_layer_and_the_later_ones_and_keeps_what_ran_before() {
+    let lab = Lab::new();
+    let provider = lab.provider("mixedfail");
+    let key = ClientKey::new();
+    let layer = |name: &str, steps: Vec<Step>| Arc::new(StepLayer::new(name, steps).unwrap());
+    let composer = Composer::builder(provider.clone())
+        .connector(key.connector())
+        .completion(Arc::new(CloudInitStatus::new()))
+        .coupled(layer("base", vec![marker("coupled-base")]))
+        .decoupled(layer("first", vec![marker("decoupled-first")]))
+        .decoupled(layer(
+            "broken",
+            vec![
+                marker("broken-before"),
+                Step::run("echo step-broke-here >&2; exit 9"),
+                marker("broken-after"),
+            ],
+        ))
+        .decoupled(layer("later", vec![marker("decoupled-later")]))
+        .build()
+        .unwrap();
+    let mut spec = MachineSpec::new(MachineName::new("mixedfail-1").unwrap());
+    spec.ssh = Some(key.access("root"));
+
+    let said = match composer.provision(&spec, &CancellationToken::new()).await {
+        Ok(done) => {
+            assert_eq!(done.machine.phase, Phase::Failed, "{:?}", done.machine);
+            format!("{:?}", done.machine.failure)
+        }
+        Err(e) => e.to_string(),
+    };
     assert!(
-        said.contains("step-broke-here") || said.contains("exit"),
+        said.contains("broken") && said.contains("step-broke-here"),
+        "names the layer and the step's stderr: {said}"
+    );
+
+    // What is on the machine is exactly what ran before the failure.
+    let machine = provider
+        .find(&spec.name)
+        .await
+        .unwrap()
+        .expect("the machine stays for inspection");
+    let present = markers_present(
+        &key,
+        &machine,
+        &[
+            "coupled-base",
+            "decoupled-first",
+            "broken-before",
+            "broken-after",
+            "decoupled-later",
+        ],
+    )
+    .await;
+    assert_eq!(
+        present,
+        ["coupled-base", "decoupled-first", "broken-before"],
         "{said}"
     );
+
+    composer
+        .deprovision(&spec.name, &CancellationToken::new())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_coupled_step_stops_its_own_layer_but_cloud_init_still_runs_the_other_layers() {
+    let lab = Lab::new();
+    let provider = lab.provider("coupledfail");
+    let key = ClientKey::new();
+    let layer = |name: &str, steps: Vec<Step>| Arc::new(StepLayer::new(name, steps).unwrap());
+    let composer = Composer::builder(provider.clone())
+        .connector(key.connector())
+        .completion(Arc::new(CloudInitStatus::new()))
+        .coupled(layer("base", vec![marker("coupled-base")]))
+        .coupled(layer(
+            "broken",
+            vec![
+                marker("broken-before"),
+                Step::run("echo step-broke-here >&2; exit 9"),
+                marker("broken-after"),
+            ],
+        ))
+        .coupled(layer("later", vec![marker("coupled-later")]))
+        .decoupled(layer("never", vec![marker("decoupled-never")]))
+        .build()
+        .unwrap();
+    let mut spec = MachineSpec::new(MachineName::new("coupledfail-1").unwrap());
+    spec.ssh = Some(key.access("root"));
+
+    let said = match composer.provision(&spec, &CancellationToken::new()).await {
+        Ok(done) => {
+            assert_eq!(done.machine.phase, Phase::Failed, "{:?}", done.machine);
+            format!("{:?}", done.machine.failure)
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(said.contains("broken"), "names the failed layer: {said}");
+
+    let machine = provider
+        .find(&spec.name)
+        .await
+        .unwrap()
+        .expect("the machine stays for inspection");
+    let present = markers_present(
+        &key,
+        &machine,
+        &[
+            "coupled-base",
+            "broken-before",
+            "broken-after",
+            "coupled-later",
+            "decoupled-never",
+        ],
+    )
+    .await;
+    // cloud-init runs every part's script and reports the failed ones; a failed coupled
+    // layer stops at its failing step, the other coupled layers still run, and no
+    // decoupled layer starts on a machine whose bootstrap failed.
+    assert_eq!(
+        present,
+        ["coupled-base", "broken-before", "coupled-later"],
+        "{said}"
+    );
+
+    composer
+        .deprovision(&spec.name, &CancellationToken::new())
+        .await
+        .unwrap();
 }

@@ -4,6 +4,19 @@
 //!
 //! `provision` is a loop over the same step `reconcile` takes, with deadlines and
 //! cancellation around it: there is one engine.
+//!
+//! # When a step fails
+//! The machine ends [`Phase::Failed`](crate::Phase::Failed) with the failed layer's name
+//! and the step's own message, never Ready. What is left on the machine differs by kind,
+//! because cloud-init runs every script part it is given:
+//! - a failing step in a **coupled** layer stops that layer's script; cloud-init still
+//!   runs the other coupled layers' scripts and reports the failure, and no decoupled
+//!   layer starts;
+//! - a failing step in a **decoupled** layer stops that layer and every decoupled layer
+//!   after it; what ran before stays, and a later reconcile resumes from the first layer
+//!   whose `is_applied` says no.
+//!
+//! The workspace's `tests/tests/local_failures.rs` checks both on real machines over SSH.
 
 mod bootstrap;
 mod fleet;

@@ -9,9 +9,9 @@
 //! stack and TLS settings made twice).
 
 use std::fmt;
-use std::time::Duration;
 
 use machine_core::{Error, ExposeSecret, Result, SecretString};
+use provider_http::HttpClient;
 use reqwest::{Method, Url};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -188,35 +188,10 @@ struct Collection {
     members: Vec<Link>,
 }
 
-/// The HTTP settings of a BMC client.
-#[derive(Debug, Clone)]
-pub struct HttpOptions {
-    /// How long one request may take, connection included.
-    pub timeout: Duration,
-}
-
-impl Default for HttpOptions {
-    fn default() -> Self {
-        HttpOptions {
-            timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// Builds the HTTP client every BMC client of a pool shares. One function, so the
-/// switch to the workspace's shared HTTP settings (TLS roots, pinning) is one place.
-pub(crate) fn http_client(options: &HttpOptions) -> Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .timeout(options.timeout)
-        .connect_timeout(options.timeout.min(Duration::from_secs(10)))
-        .build()
-        .map_err(|e| Error::permanent(format!("building the HTTP client: {e}")))
-}
-
 /// A client for one BMC: its base URL (`https://bmc.example:443`) and credentials.
 #[derive(Clone)]
 pub struct RedfishClient {
-    http: reqwest::Client,
+    http: HttpClient,
     base: Url,
     credentials: BmcCredentials,
 }
@@ -231,8 +206,9 @@ impl fmt::Debug for RedfishClient {
 }
 
 impl RedfishClient {
-    /// A client for the BMC at `base` over `http` (shared, its connections pooled).
-    pub fn new(http: reqwest::Client, base: Url, credentials: BmcCredentials) -> Self {
+    /// A client for the BMC at `base` over `http` (shared, its connections pooled;
+    /// its TLS settings are the BMC's).
+    pub fn new(http: HttpClient, base: Url, credentials: BmcCredentials) -> Self {
         RedfishClient {
             http,
             base,
@@ -256,6 +232,7 @@ impl RedfishClient {
         let what = format!("{method} {path}");
         let mut req = self
             .http
+            .inner()
             .request(method, self.url(path)?)
             .basic_auth(
                 &self.credentials.username,
@@ -265,15 +242,12 @@ impl RedfishClient {
         if let Some(body) = body {
             req = req.json(&body);
         }
-        let resp = req.send().await.map_err(|e| transport(&what, &e))?;
+        let resp = self.http.send(req).await.map_err(|e| e.context(&what))?;
         let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let bytes = resp.bytes().await.map_err(|e| transport(&what, &e))?;
+        let retry_after = provider_http::retry_after(resp.headers());
+        let bytes = resp.bytes().await.map_err(|e| {
+            Error::transient(format!("{what}: the answer was cut: {}", e.without_url()))
+        })?;
         if !status.is_success() {
             return Err(errors::from_status(
                 &what,
@@ -399,25 +373,4 @@ impl RedfishClient {
 /// The path of the system with `id`.
 pub(crate) fn system_path(id: &str) -> String {
     format!("/redfish/v1/Systems/{id}")
-}
-
-/// A request that got no usable answer: transient when a later try may get one
-/// (connection refused or reset, timeout), permanent when it cannot (a bad URL, a
-/// certificate the client refuses).
-fn transport(what: &str, e: &reqwest::Error) -> Error {
-    let mut chain = e.to_string();
-    let mut next = std::error::Error::source(e);
-    while let Some(s) = next {
-        chain.push_str(": ");
-        chain.push_str(&s.to_string());
-        next = s.source();
-    }
-    let certificate = chain.contains("certificate") || chain.contains("InvalidCertificate");
-    if e.is_builder() || certificate {
-        Error::permanent(format!("{what}: {chain}"))
-    } else if e.is_timeout() {
-        Error::transient(format!("{what}: no answer in time: {chain}"))
-    } else {
-        Error::transient(format!("{what}: {chain}"))
-    }
 }

@@ -2,21 +2,24 @@
 //! (`{"error": {"code", "message", "@Message.ExtendedInfo": [...]}}`) become a
 //! [`machine_core::Error`] whose [`ErrorKind`] decides whether it is retried.
 //!
+//! The kinds are [`provider_http::status_error`]'s, shared with the other HTTP providers;
+//! this module adds what the BMC's body says to the message.
+//!
 //! | the BMC says | kind |
 //! |---|---|
-//! | 401 | unauthorized |
-//! | 403 | unauthorized (the account lacks a privilege) |
+//! | 401, 403 | unauthorized |
 //! | 404, 410 | not found |
 //! | 409, 412 | conflict (another client changed the resource, or an ETag is stale) |
-//! | 429 | throttled, with `Retry-After` |
+//! | 429, 503 with `Retry-After` | throttled |
 //! | 501 | permanent (the BMC does not implement it) |
-//! | 503, 502, 504, other 5xx, resets, timeouts | transient |
-//! | 400 and other 4xx | permanent |
+//! | 503, 502, 504, other 5xx; resets and timeouts ([`provider_http::HttpClient::send`]) | transient |
+//! | 400, 422 | invalid spec |
+//! | other 4xx | permanent |
 //! | a success whose body is not the JSON expected (HTML, truncated) | transient |
 
 use std::time::Duration;
 
-use machine_core::{Error, ErrorKind};
+use machine_core::Error;
 use serde::Deserialize;
 
 /// The longest excerpt of a body that is not a Redfish error kept in a message.
@@ -94,19 +97,6 @@ pub(crate) fn excerpt(body: &[u8]) -> String {
     }
 }
 
-/// The kind an error status maps to.
-pub(crate) fn kind_of(status: u16) -> ErrorKind {
-    match status {
-        401 | 403 => ErrorKind::Unauthorized,
-        404 | 410 => ErrorKind::NotFound,
-        409 | 412 => ErrorKind::Conflict,
-        429 => ErrorKind::Throttled,
-        501 => ErrorKind::Permanent,
-        500..=599 => ErrorKind::Transient,
-        _ => ErrorKind::Permanent,
-    }
-}
-
 /// The error for an answer with error `status` to `what` (`GET /redfish/v1/Systems/1`).
 pub(crate) fn from_status(
     what: &str,
@@ -114,11 +104,12 @@ pub(crate) fn from_status(
     retry_after: Option<Duration>,
     body: &[u8],
 ) -> Error {
-    let message = format!("{what}: HTTP {status}: {}", describe_body(body));
-    match kind_of(status) {
-        ErrorKind::Throttled => Error::throttled(message, retry_after),
-        kind => Error::new(kind, message),
-    }
+    let status = reqwest::StatusCode::from_u16(status).unwrap_or(reqwest::StatusCode::BAD_GATEWAY);
+    provider_http::status_error(
+        status,
+        retry_after,
+        format!("{what}: {}", describe_body(body)),
+    )
 }
 
 /// The error for a success whose body is not what `what` expects: a proxy's HTML page
@@ -133,6 +124,7 @@ pub(crate) fn unreadable(what: &str, err: &serde_json::Error, body: &[u8]) -> Er
 #[cfg(test)]
 mod tests {
     use super::*;
+    use machine_core::ErrorKind;
 
     const SUSHY_501: &str = r#"{"error": {"code": "Base.1.0.GeneralError",
         "message": "Power state Bogus is not supported",
@@ -159,7 +151,7 @@ mod tests {
             (502, ErrorKind::Transient),
             (503, ErrorKind::Transient),
             (504, ErrorKind::Transient),
-            (400, ErrorKind::Permanent),
+            (400, ErrorKind::InvalidSpec),
             (405, ErrorKind::Permanent),
         ];
         for &(status, kind) in table {

@@ -3,12 +3,7 @@
 
 mod client;
 mod errors;
+pub mod media_server;
+pub mod seed_iso;
 
-pub use client::{
-    BmcCredentials, Boot, HttpOptions, PowerState, RedfishClient, System, VirtualMedia,
-};
-
-/// The shared HTTP client for BMC clients made with `options`.
-pub fn http_client(options: &HttpOptions) -> machine_core::Result<reqwest::Client> {
-    client::http_client(options)
-}
+pub use client::{BmcCredentials, Boot, PowerState, RedfishClient, System, VirtualMedia};
