@@ -92,7 +92,11 @@ impl Sushy {
             let config_path = dir.path().join("emulator.conf");
             std::fs::write(&config_path, config).expect("writing sushy's config");
             let log = std::fs::File::create(dir.path().join("emulator.log")).expect("log file");
+            let tmp = dir.path().join("tmp");
+            std::fs::create_dir_all(&tmp).expect("sushy's temporary directory");
             let mut child = Command::new(&bin)
+                // InsertMedia downloads images under TMPDIR: keep them in this run's dir.
+                .env("TMPDIR", &tmp)
                 .arg("--config")
                 .arg(&config_path)
                 .stdin(Stdio::null())
@@ -134,6 +138,23 @@ impl Sushy {
     /// sushy's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The images InsertMedia downloaded whose file name is `name`, as sushy stored them.
+    pub fn downloaded(&self, name: &str) -> Vec<Vec<u8>> {
+        let mut found = Vec::new();
+        let mut dirs = vec![self.dir.path().join("tmp")];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.file_name().is_some_and(|n| n == name) {
+                    found.push(std::fs::read(&p).expect("reading a downloaded image"));
+                }
+            }
+        }
+        found
     }
 
     /// What sushy logged so far (one line per request).
