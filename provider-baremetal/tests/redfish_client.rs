@@ -37,7 +37,11 @@ async fn lists_and_reads_systems() {
     assert_eq!(s.name, "fake-1");
     assert_eq!(s.power_state, Some(PowerState::Off));
     for t in ["On", "ForceOff", "GracefulShutdown", "ForceRestart"] {
-        assert!(s.reset_types().iter().any(|r| r == t), "{t} in {:?}", s.reset_types());
+        assert!(
+            s.reset_types().iter().any(|r| r == t),
+            "{t} in {:?}",
+            s.reset_types()
+        );
     }
     assert!(s.boot.allowed_targets.iter().any(|t| t == "Cd"));
     let cd = c.virtual_cd(&s).await.expect("virtual cd");
@@ -51,7 +55,9 @@ async fn power_on_boot_override_and_errors() {
     let c = client(&sushy);
     let s = c.system(&sushy.systems[0].id).await.expect("system");
 
-    c.set_boot_override(&s, "Cd", true).await.expect("boot override");
+    c.set_boot_override(&s, "Cd", true)
+        .await
+        .expect("boot override");
     let s2 = c.system(&s.id).await.expect("system");
     assert_eq!(s2.boot.boot_source_override_target.as_deref(), Some("Cd"));
 
@@ -72,11 +78,17 @@ async fn power_on_boot_override_and_errors() {
     assert_eq!(e.kind(), ErrorKind::Permanent, "{e}");
     assert!(e.to_string().contains("Bogus is not supported"), "{e}");
 
-    let e = c.system("no-such-system").await.expect_err("missing system");
+    let e = c
+        .system("no-such-system")
+        .await
+        .expect_err("missing system");
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 
     // sushy's fake driver refuses AssetTag: a plain-text 400.
-    let e = c.set_asset_tag(&s, "team/web-1").await.expect_err("asset tag");
+    let e = c
+        .set_asset_tag(&s, "team/web-1")
+        .await
+        .expect_err("asset tag");
     assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{e}");
     assert!(e.to_string().contains("PATCH only works"), "{e}");
     assert!(!e.to_string().contains("s3cr3t-pw"));

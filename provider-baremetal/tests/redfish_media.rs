@@ -23,8 +23,12 @@ async fn insert_media_downloads_exactly_the_served_seed() {
     }
     .to_iso()
     .expect("iso");
-    let url = media.publish("redfish://bmc/1", iso.clone()).expect("publish");
-    let other = media.publish("redfish://bmc/2", b"other".to_vec()).expect("publish");
+    let url = media
+        .publish("redfish://bmc/1", iso.clone())
+        .expect("publish");
+    let other = media
+        .publish("redfish://bmc/2", b"other".to_vec())
+        .expect("publish");
     assert_ne!(url, other);
 
     let c = RedfishClient::new(

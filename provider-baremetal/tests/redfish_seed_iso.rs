@@ -59,7 +59,10 @@ fn xorriso_reads_the_label_and_the_exact_files() {
 
     let out = dir.path().join("joliet");
     extract(&iso, &out, true);
-    assert_eq!(std::fs::read(out.join("user-data")).unwrap(), user_data.as_bytes());
+    assert_eq!(
+        std::fs::read(out.join("user-data")).unwrap(),
+        user_data.as_bytes()
+    );
     assert_eq!(
         std::fs::read(out.join("meta-data")).unwrap(),
         b"instance-id: web-1\nlocal-hostname: web-1\n"

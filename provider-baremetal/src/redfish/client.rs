@@ -309,9 +309,13 @@ impl RedfishClient {
 
     /// Sets the system's asset tag.
     pub async fn set_asset_tag(&self, system: &System, tag: &str) -> Result<()> {
-        self.call(Method::PATCH, &system.path, Some(json!({ "AssetTag": tag })))
-            .await
-            .map(drop)
+        self.call(
+            Method::PATCH,
+            &system.path,
+            Some(json!({ "AssetTag": tag })),
+        )
+        .await
+        .map(drop)
     }
 
     /// The system's virtual media devices.

@@ -52,7 +52,10 @@ impl MediaServer {
     /// Needs a tokio runtime.
     pub async fn start(bind: SocketAddr, advertise: Option<&str>) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind(bind).await.map_err(|e| {
-            Error::invalid_spec("mediaServer.listen", format!("cannot listen on {bind}: {e}"))
+            Error::invalid_spec(
+                "mediaServer.listen",
+                format!("cannot listen on {bind}: {e}"),
+            )
         })?;
         let addr = listener
             .local_addr()
@@ -120,7 +123,11 @@ impl MediaServer {
     /// How many complete GETs the image at `url` answered (0 for an unknown URL).
     pub fn downloads(&self, url: &str) -> usize {
         token_of(url)
-            .and_then(|t| self.lock().get(t).map(|i| i.downloads.load(Ordering::SeqCst)))
+            .and_then(|t| {
+                self.lock()
+                    .get(t)
+                    .map(|i| i.downloads.load(Ordering::SeqCst))
+            })
             .unwrap_or(0)
     }
 
@@ -157,8 +164,13 @@ fn serve(images: &Images, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return reply(StatusCode::METHOD_NOT_ALLOWED, Bytes::new());
     }
-    let image = token_of(req.uri().path())
-        .and_then(|t| images.lock().unwrap_or_else(|p| p.into_inner()).get(t).cloned());
+    let image = token_of(req.uri().path()).and_then(|t| {
+        images
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(t)
+            .cloned()
+    });
     let Some(image) = image else {
         return reply(StatusCode::NOT_FOUND, Bytes::new());
     };

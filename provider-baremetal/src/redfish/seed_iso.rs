@@ -106,7 +106,11 @@ impl Seed<'_> {
             path_table(&mut iso[at * SECTOR..][..SECTOR], root, big_endian);
         }
         directory(&mut iso[ROOT * SECTOR..][..SECTOR], ROOT, &primary);
-        directory(&mut iso[JOLIET_ROOT * SECTOR..][..SECTOR], JOLIET_ROOT, &joliet);
+        directory(
+            &mut iso[JOLIET_ROOT * SECTOR..][..SECTOR],
+            JOLIET_ROOT,
+            &joliet,
+        );
         for ((_, data), &at) in files.iter().zip(&extents) {
             iso[at * SECTOR..][..data.len()].copy_from_slice(data);
         }
@@ -179,7 +183,15 @@ fn descriptor(d: &mut [u8], joliet: bool, total_sectors: usize) {
     d[140..144].copy_from_slice(&u32_of(l).to_le_bytes());
     d[148..152].copy_from_slice(&u32_of(m).to_be_bytes());
     record(&mut d[156..190], root, SECTOR, true, &[0]);
-    for range in [190..318, 318..446, 446..574, 574..702, 702..739, 739..776, 776..813] {
+    for range in [
+        190..318,
+        318..446,
+        446..574,
+        574..702,
+        702..739,
+        739..776,
+        776..813,
+    ] {
         text_field(&mut d[range], "", joliet);
     }
     // Dates "not specified": sixteen '0' digits and a zero offset.

@@ -5,3 +5,37 @@
 pub mod sushy;
 
 pub use sushy::Sushy;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use provider_baremetal::redfish::{RedfishPoolConfig, RedfishProvider};
+use provider_http::HttpSettings;
+
+/// A pool YAML of every fake system of `sushy` (plain HTTP, so `insecure`), claims in
+/// `claim_dir`, under `owner`; servers named `s0`, `s1`, ... labelled `idx: <i>`.
+pub fn pool_yaml(sushy: &Sushy, claim_dir: &Path, owner: &str) -> String {
+    let mut y = format!(
+        "owner: {owner}\nclaimDir: {}\nservers:\n",
+        claim_dir.display()
+    );
+    for (i, s) in sushy.systems.iter().enumerate() {
+        y.push_str(&format!(
+            "  - name: s{i}\n    bmc: {}\n    systemId: {}\n    insecure: true\n    \
+             credentials: {{username: admin, password: bmc-pw-{i}}}\n    labels: {{idx: \"{i}\"}}\n",
+            sushy.endpoint, s.id
+        ));
+    }
+    y
+}
+
+/// A provider over every fake system of `sushy`.
+pub async fn provider(sushy: &Sushy, claim_dir: &Path, owner: &str) -> Arc<RedfishProvider> {
+    let config =
+        RedfishPoolConfig::from_yaml(&pool_yaml(sushy, claim_dir, owner)).expect("test pool");
+    Arc::new(
+        RedfishProvider::new(config, &HttpSettings::default())
+            .await
+            .expect("provider"),
+    )
+}
