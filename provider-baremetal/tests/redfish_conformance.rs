@@ -32,8 +32,7 @@ async fn conformance_against_sushy() {
     let claims = tempfile::tempdir().unwrap();
     let p: Arc<dyn MachineProvisioner> = common::provider(&sushy, claims.path(), "conf").await;
     // A second controller of the same owner: a restarted process.
-    let second: Arc<dyn MachineProvisioner> =
-        common::provider(&sushy, claims.path(), "conf").await;
+    let second: Arc<dyn MachineProvisioner> = common::provider(&sushy, claims.path(), "conf").await;
     let other: Arc<dyn MachineProvisioner> =
         common::provider(&sushy, claims.path(), "conf-other").await;
     conformance::run_all(&Clients::new(p, second, other), &fixture()).await;

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use machine_core::{Error, Labels, Result, at_document_line, check_dns_label};
+use provider_http::{CertFingerprint, TlsConfig};
 use reqwest::Url;
 use serde::Deserialize;
 
@@ -76,6 +77,13 @@ pub struct ServerEntry {
     /// Allow plain HTTP or an unverified certificate for this BMC (a lab emulator).
     #[serde(default)]
     pub insecure: bool,
+    /// Trust only the CA certificates (PEM) in this file for this BMC.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Trust exactly the BMC certificate with this SHA-256 fingerprint (hex, with or
+    /// without colons): what self-signed BMC certificates call for.
+    #[serde(default)]
+    pub fingerprint: Option<String>,
     /// Labels a spec can select servers by.
     #[serde(default)]
     pub labels: Labels,
@@ -94,6 +102,24 @@ fn is_secret_field(field: &str) -> bool {
 }
 
 impl ServerEntry {
+    /// The TLS trust this BMC's entry asks for: a pinned fingerprint, a CA file, none
+    /// (insecure), or the system roots.
+    pub fn tls(&self) -> Result<TlsConfig> {
+        if let Some(f) = &self.fingerprint {
+            let pin: CertFingerprint = f
+                .parse()
+                .map_err(|e: Error| Error::invalid_spec("fingerprint", e.message().to_owned()))?;
+            return Ok(TlsConfig::default().with_pinned_sha256(pin));
+        }
+        if let Some(ca) = &self.ca_file {
+            return Ok(TlsConfig::default().with_ca_file(ca));
+        }
+        if self.insecure {
+            return Ok(TlsConfig::default().insecure());
+        }
+        Ok(TlsConfig::default())
+    }
+
     /// The BMC's URL, checked.
     pub fn bmc_url(&self) -> Result<Url> {
         let url = Url::parse(&self.bmc).map_err(|e| {
@@ -204,6 +230,13 @@ impl RedfishPoolConfig {
                     format!("system {:?} of {} is in the pool twice", s.system_id, s.bmc),
                 )));
             }
+            if s.fingerprint.is_some() && s.ca_file.is_some() {
+                return Err(within(Error::invalid_spec(
+                    "fingerprint",
+                    "give either fingerprint or caFile, not both",
+                )));
+            }
+            s.tls().map_err(within)?;
             if s.credentials.username.is_empty() {
                 return Err(within(Error::invalid_spec(
                     "credentials.username",

@@ -95,23 +95,35 @@ impl fmt::Debug for RedfishProvider {
 }
 
 impl RedfishProvider {
-    /// A provider over `config`'s pool, its BMC clients built with `http` (servers
-    /// marked `insecure` get the same settings with TLS verification off, warned). Starts
-    /// the media server, so it needs a tokio runtime.
+    /// A provider over `config`'s pool, its BMC clients built with `http`'s timeouts and
+    /// each server's TLS trust (a pinned fingerprint, a CA file, verification off when
+    /// `insecure`, warned on every handshake; else `http`'s). Servers with the same trust
+    /// share one client and its connection pool. Starts the media server, so it needs a
+    /// tokio runtime.
     pub async fn new(config: RedfishPoolConfig, http: &HttpSettings) -> Result<Self> {
         config.validate()?;
-        let secure = HttpClient::new(http)?;
-        let insecure = HttpClient::new(&http.clone().with_tls(TlsConfig::default().insecure()))?;
+        let mut built: Vec<(Option<TlsConfig>, HttpClient)> = Vec::new();
         let mut clients = Vec::with_capacity(config.servers.len());
         let mut ids = Vec::with_capacity(config.servers.len());
-        for s in &config.servers {
+        for (i, s) in config.servers.iter().enumerate() {
             let url = s.bmc_url()?;
-            let http = if s.insecure && url.scheme() == "https" {
-                insecure.clone()
-            } else {
-                secure.clone()
+            let own = (s.fingerprint.is_some() || s.ca_file.is_some() || s.insecure)
+                .then(|| s.tls())
+                .transpose()?;
+            let client = match built.iter().find(|(t, _)| *t == own) {
+                Some((_, c)) => c.clone(),
+                None => {
+                    let settings = match &own {
+                        Some(tls) => http.clone().with_tls(tls.clone()),
+                        None => http.clone(),
+                    };
+                    let c = HttpClient::new(&settings)
+                        .map_err(|e| e.within(&format!("servers[{i}]")))?;
+                    built.push((own, c.clone()));
+                    c
+                }
             };
-            clients.push(RedfishClient::new(http, url, s.credentials.clone()));
+            clients.push(RedfishClient::new(client, url, s.credentials.clone()));
             ids.push(Self::provider_id(s)?);
         }
         let media = MediaServer::start(

@@ -25,6 +25,15 @@ pub struct FakeSystem {
     pub name: String,
 }
 
+/// What a sushy-emulator enforces beyond the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Basic auth: the one account (user, password) its htpasswd file holds.
+    pub auth: Option<(String, String)>,
+    /// Serve HTTPS with a fresh certificate for 127.0.0.1 from a fresh private CA.
+    pub tls: bool,
+}
+
 /// A running sushy-emulator.
 pub struct Sushy {
     child: Child,
@@ -35,6 +44,22 @@ pub struct Sushy {
     /// The fake systems it serves, in the order configured.
     pub systems: Vec<FakeSystem>,
     dir: tempfile::TempDir,
+    /// The CA certificate (PEM) that signed its certificate, when serving HTTPS.
+    pub cert_pem: Option<PathBuf>,
+    /// The server certificate's SHA-256 fingerprint, `AB:CD:...`, as openssl prints it.
+    pub fingerprint: Option<String>,
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 impl Sushy {
@@ -44,6 +69,14 @@ impl Sushy {
     /// When sushy-tools is not installed (saying how to install it), or it does not
     /// answer within 30 s.
     pub fn start(n: usize) -> Sushy {
+        Sushy::start_with(n, &Options::default())
+    }
+
+    /// Starts sushy-emulator with `n` fake systems and `options`.
+    ///
+    /// # Panics
+    /// As [`Sushy::start`]; also when openssl or bcrypt (in sushy's venv) fail.
+    pub fn start_with(n: usize, options: &Options) -> Sushy {
         let bin = venv().join("bin/sushy-emulator");
         assert!(
             bin.exists(),
@@ -58,6 +91,75 @@ impl Sushy {
             })
             .collect();
         let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut extra = String::new();
+        if let Some((user, password)) = &options.auth {
+            let hash = run(Command::new(venv().join("bin/python")).args([
+                "-c",
+                "import bcrypt, sys; print(bcrypt.hashpw(sys.argv[1].encode(), bcrypt.gensalt(4)).decode())",
+                password,
+            ]));
+            let file = dir.path().join("htpasswd");
+            std::fs::write(&file, format!("{user}:{}\n", hash.trim())).expect("htpasswd");
+            extra.push_str(&format!(
+                "SUSHY_EMULATOR_AUTH_FILE = '{}'\n",
+                file.display()
+            ));
+        }
+        let (mut cert_pem, mut fingerprint) = (None, None);
+        if options.tls {
+            // A private CA and a server certificate it signed for 127.0.0.1: a CA
+            // certificate itself is refused as a server's (webpki: CaUsedAsEndEntity).
+            let p = |f: &str| dir.path().join(f);
+            let (cert, key) = (p("cert.pem"), p("key.pem"));
+            let ec = [
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+            ];
+            run(Command::new("openssl")
+                .args(["req", "-x509"])
+                .args(ec)
+                .args(["-days", "1", "-subj", "/CN=test BMC CA", "-keyout"])
+                .arg(p("ca-key.pem"))
+                .arg("-out")
+                .arg(p("ca.pem")));
+            run(Command::new("openssl")
+                .args(["req", "-new"])
+                .args(ec)
+                .args(["-subj", "/CN=127.0.0.1", "-keyout"])
+                .arg(&key)
+                .arg("-out")
+                .arg(p("req.pem")));
+            std::fs::write(
+                p("ext.cnf"),
+                "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+            )
+            .expect("extensions file");
+            run(Command::new("openssl")
+                .args(["x509", "-req", "-days", "1", "-in"])
+                .arg(p("req.pem"))
+                .arg("-CA")
+                .arg(p("ca.pem"))
+                .arg("-CAkey")
+                .arg(p("ca-key.pem"))
+                .args(["-CAcreateserial", "-extfile"])
+                .arg(p("ext.cnf"))
+                .arg("-out")
+                .arg(&cert));
+            let fp = run(Command::new("openssl")
+                .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+                .arg(&cert));
+            fingerprint = Some(fp.trim().rsplit('=').next().unwrap_or_default().to_owned());
+            extra.push_str(&format!(
+                "SUSHY_EMULATOR_SSL_CERT = '{}'\nSUSHY_EMULATOR_SSL_KEY = '{}'\n",
+                cert.display(),
+                key.display()
+            ));
+            cert_pem = Some(p("ca.pem"));
+        }
+        let scheme = if options.tls { "https" } else { "http" };
         // sushy takes a fixed port from its config: take a free one from the kernel and
         // retry when another process grabs it first.
         for _ in 0..5 {
@@ -85,7 +187,7 @@ impl Sushy {
                  SUSHY_EMULATOR_LISTEN_PORT = {port}\n\
                  SUSHY_EMULATOR_FAKE_DRIVER = True\n\
                  SUSHY_EMULATOR_STATE_DIR = '{state}'\n\
-                 SUSHY_EMULATOR_FAKE_SYSTEMS = [{fakes}]\n",
+                 SUSHY_EMULATOR_FAKE_SYSTEMS = [{fakes}]\n{extra}",
                 state = dir.path().join("state").display(),
                 fakes = fakes.join(", "),
             );
@@ -115,13 +217,15 @@ impl Sushy {
                     }
                     panic!("sushy-emulator exited ({status}):\n{said}");
                 }
-                if answers(addr) {
+                if answers(addr, options.tls) {
                     return Sushy {
                         child,
-                        endpoint: format!("http://{addr}"),
+                        endpoint: format!("{scheme}://{addr}"),
                         addr,
                         systems,
                         dir,
+                        cert_pem,
+                        fingerprint,
                     };
                 }
                 if Instant::now() > deadline {
@@ -163,18 +267,22 @@ impl Sushy {
     }
 }
 
-/// Whether a Redfish service root answers 200 at `addr`.
-fn answers(addr: SocketAddr) -> bool {
+/// Whether a Redfish service root answers at `addr` (any status: with auth it is 401;
+/// with TLS, an accepted connection).
+fn answers(addr: SocketAddr, tls: bool) -> bool {
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
         return false;
     };
+    if tls {
+        return true;
+    }
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let req = format!("GET /redfish/v1/ HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     if s.write_all(req.as_bytes()).is_err() {
         return false;
     }
     let mut head = [0u8; 12];
-    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.") && &head[9..12] == b"200"
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
 }
 
 impl Drop for Sushy {
