@@ -69,6 +69,10 @@ async fn create_seeds_boots_and_delete_releases() {
         assert!(Instant::now() < deadline, "not running after 20 s");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // Ready: the seed is no longer needed; its URL stops answering.
+    assert!(p.media_server().serves(m.provider_id.as_str()));
+    assert!(p.release_media(&m.provider_id));
+    assert!(!p.media_server().serves(m.provider_id.as_str()));
     // A restarted controller adopts it.
     let again = common::provider(&sushy, claims.path(), "team").await;
     let found = again.find(&m.name).await.unwrap().expect("adopted");
