@@ -98,8 +98,12 @@ async fn two_controllers_never_claim_one_server() {
     let b = common::provider(&sushy, claims.path(), "team").await;
     // Different names, both pinned to server s0: exactly one gets it.
     let pinned = |n: &str| spec(n).with_provider(serde_json::json!({"server": "s0"}));
+    // Separate tasks on the two worker threads: the creates really run at once.
     let (sa, sb) = (pinned("a-1"), pinned("b-1"));
-    let (ra, rb) = tokio::join!(a.create(&sa, None), b.create(&sb, None));
+    let (pa, pb) = (a.clone(), b.clone());
+    let ta = tokio::spawn(async move { pa.create(&sa, None).await });
+    let tb = tokio::spawn(async move { pb.create(&sb, None).await });
+    let (ra, rb) = (ta.await.unwrap(), tb.await.unwrap());
     let won = [ra.is_ok(), rb.is_ok()];
     assert_eq!(won.iter().filter(|w| **w).count(), 1, "{ra:?} {rb:?}");
     let lost = ra.err().or(rb.err()).unwrap();
@@ -107,12 +111,19 @@ async fn two_controllers_never_claim_one_server() {
 
     // Many creates racing over the pool: every server at most once.
     let names: Vec<String> = (0..6).map(|i| format!("m-{i}")).collect();
-    let results = futures_util::future::join_all(names.iter().enumerate().map(|(i, n)| {
-        let p = if i % 2 == 0 { a.clone() } else { b.clone() };
-        let spec = spec(n);
-        async move { p.create(&spec, None).await }
-    }))
-    .await;
+    let tasks: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let p = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let spec = spec(n);
+            tokio::spawn(async move { p.create(&spec, None).await })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
     let made: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
     let mut ids: Vec<_> = made.iter().map(|m| m.provider_id.as_str()).collect();
     ids.sort();
