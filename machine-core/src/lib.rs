@@ -54,6 +54,8 @@ mod nodes;
 mod observe;
 mod provisioner;
 pub mod retry;
+#[cfg(feature = "schemars")]
+mod schema;
 pub mod sim;
 mod software;
 mod spec;

@@ -108,6 +108,7 @@ impl fmt::Debug for ProviderId {
 /// `#[non_exhaustive]`: phases may be added in minor releases, so a `match` outside this
 /// crate needs a catch-all arm (treat an unknown phase as "not running yet").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub enum Phase {
     /// Accepted by the provider, no resources yet.
@@ -161,6 +162,7 @@ impl fmt::Display for Phase {
 
 /// The kind of an address, as in Kubernetes' `NodeAddressType`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub enum AddressKind {
     /// The machine's hostname.
     Hostname,
@@ -176,6 +178,7 @@ pub enum AddressKind {
 
 /// One typed address of a machine.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Address {
     /// What kind of address this is.
     pub kind: AddressKind,
@@ -195,6 +198,7 @@ impl Address {
 
 /// How to reach a machine to apply decoupled software.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Access {
     /// The SSH endpoint, when the machine has one.
@@ -209,6 +213,7 @@ pub struct Access {
 
 /// An SSH endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SshEndpoint {
     /// Host name or IP address.
@@ -226,6 +231,7 @@ fn default_ssh_port() -> u16 {
 
 /// The status of one aspect of a machine, in the style of Kubernetes conditions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     /// What the condition is about, in CamelCase: `InfrastructureReady`, `Reachable`,
@@ -240,11 +246,13 @@ pub struct Condition {
     pub message: String,
     /// When the status last changed.
     #[serde(with = "humantime_serde")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub last_transition: SystemTime,
 }
 
 /// Why a machine failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Failure {
     /// A CamelCase reason: `CreateError`, `BootFailed`, `BootstrapFailed`, `Timeout`.
     pub reason: String,
@@ -254,6 +262,7 @@ pub struct Failure {
 
 /// Optional link from a machine to the Kubernetes node it became. The core never needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NodeRef {
     /// The node's name.
@@ -262,6 +271,7 @@ pub struct NodeRef {
 
 /// A machine as its provider (and, for software phases, the composer) sees it now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Machine {
     /// The caller's name for the machine.
     pub name: MachineName,

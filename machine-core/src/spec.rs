@@ -19,6 +19,7 @@ pub const MAX_LABEL_VALUE_LEN: usize = 63;
 /// Unknown fields are refused when reading YAML or JSON, with the field's name and line.
 /// Nothing here is Kubernetes-specific.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MachineSpec {
     /// The machine's name, unique per provider and owner.
@@ -38,11 +39,16 @@ pub struct MachineSpec {
     /// Provider-specific settings (subnet, datastore, BMC), read by the provider, which
     /// refuses what it does not know with the field's path.
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    #[cfg_attr(
+        feature = "schemars",
+        schemars(schema_with = "crate::schema::open_object")
+    )]
     pub provider: serde_json::Value,
 }
 
 /// SSH access wanted on a machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SshAccess {
     /// The user to log in as.

@@ -17,10 +17,12 @@ pub const FINALIZER: &str = "machine-provisioning.dev/deprovision";
 /// The desired state of one machine.
 ///
 /// `machine` is machine-core's [`MachineSpec`] document without its name (the object's
-/// name is the machine's name). It is kept as an open object in the CRD
-/// (`x-kubernetes-preserve-unknown-fields`) because its provider settings are each
-/// provider's own; the controller reads it with machine-core's reader, whose errors name
-/// the field, and reports them in the status.
+/// name is the machine's name). Its CRD schema is generated from `MachineSpec`, so the API
+/// server checks it at `kubectl apply` (an unknown field is refused under kubectl's default
+/// strict field validation, and pruned, with a warning, for clients that skip it); only
+/// its `provider` settings are an open object, since each provider reads its own. The
+/// controller still reads it with machine-core's reader, whose errors name the field, and
+/// reports them in the status.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "machine-provisioning.dev",
@@ -44,7 +46,7 @@ pub struct MachineObjectSpec {
     /// The machine: size, image, labels, SSH access, provider settings (machine-core's
     /// `MachineSpec` without `name`).
     #[serde(default = "empty_object")]
-    #[schemars(schema_with = "open_object")]
+    #[schemars(schema_with = "machine_template")]
     pub machine: serde_json::Value,
 }
 
@@ -58,7 +60,6 @@ pub struct MachineObjectStatus {
     /// The machine as the last reconcile returned it: phase, conditions, addresses,
     /// providerID, node, failure. The controller passes it back to the next reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "open_object")]
     pub machine: Option<Machine>,
     /// Why the spec cannot be used, naming the field; the controller waits for a change
     /// of the object instead of retrying.
@@ -70,13 +71,13 @@ fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
 }
 
-/// An object whose fields the API server keeps as given (a structural schema's way of
-/// saying "typed elsewhere").
-fn open_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true
-    })
+/// `MachineSpec`'s schema with `name` optional: the object's name is the machine's name.
+fn machine_template(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = MachineSpec::json_schema(generator);
+    if let Some(required) = schema.get_mut("required").and_then(|r| r.as_array_mut()) {
+        required.retain(|field| field != "name");
+    }
+    schema
 }
 
 impl MachineObjectSpec {

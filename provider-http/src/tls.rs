@@ -89,8 +89,8 @@ impl TlsConfig {
             }
             Trust::CaPem(pem) => with_cas(builder, pem, None),
             Trust::Pinned(fingerprint) => Ok(builder.tls_backend_preconfigured(custom_config(
-                Arc::new(Pinned {
-                    fingerprint: *fingerprint,
+                Arc::new(CustomVerifier {
+                    check: Check::Pinned(*fingerprint),
                     algorithms: algorithms(),
                 }),
             )?)),
@@ -98,7 +98,8 @@ impl TlsConfig {
                 tracing::warn!(
                     "TLS certificate verification is OFF for this client: anyone on the network path can read and change its traffic, credentials included"
                 );
-                let mut config = custom_config(Arc::new(Insecure {
+                let mut config = custom_config(Arc::new(CustomVerifier {
+                    check: Check::Insecure,
                     algorithms: algorithms(),
                 }))?;
                 // A resumed session skips certificate verification, and with it the warning
@@ -167,63 +168,20 @@ impl std::fmt::Display for PinMismatch {
 
 impl std::error::Error for PinMismatch {}
 
+/// The two verifiers that are not webpki's: a pinned fingerprint, or none at all.
 #[derive(Debug)]
-struct Pinned {
-    fingerprint: CertFingerprint,
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        let presented = CertFingerprint::of_der(end_entity);
-        if presented == self.fingerprint {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::InvalidCertificate(CertificateError::Other(
-                OtherError(Arc::new(PinMismatch {
-                    expected: self.fingerprint,
-                    presented,
-                })),
-            )))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
+enum Check {
+    Pinned(CertFingerprint),
+    Insecure,
 }
 
 #[derive(Debug)]
-struct Insecure {
+struct CustomVerifier {
+    check: Check,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for Insecure {
+impl ServerCertVerifier for CustomVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -232,15 +190,30 @@ impl ServerCertVerifier for Insecure {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        // On every handshake, not once per client: a long-running controller must keep saying it.
-        tracing::warn!(
-            server = ?server_name,
-            fingerprint = %CertFingerprint::of_der(end_entity),
-            "accepting a TLS certificate WITHOUT verification (TlsConfig::insecure); pin this fingerprint instead"
-        );
-        Ok(ServerCertVerified::assertion())
+        let presented = CertFingerprint::of_der(end_entity);
+        match self.check {
+            Check::Pinned(expected) if presented == expected => Ok(ServerCertVerified::assertion()),
+            Check::Pinned(expected) => Err(rustls::Error::InvalidCertificate(
+                CertificateError::Other(OtherError(Arc::new(PinMismatch {
+                    expected,
+                    presented,
+                }))),
+            )),
+            Check::Insecure => {
+                // On every handshake, not once per client: a long-running controller must
+                // keep saying it.
+                tracing::warn!(
+                    server = ?server_name,
+                    fingerprint = %presented,
+                    "accepting a TLS certificate WITHOUT verification (TlsConfig::insecure); pin this fingerprint instead"
+                );
+                Ok(ServerCertVerified::assertion())
+            }
+        }
     }
 
+    // The handshake's signatures are verified in both modes: the peer must hold the key
+    // of the certificate it presented.
     fn verify_tls12_signature(
         &self,
         message: &[u8],

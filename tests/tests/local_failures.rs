@@ -155,29 +155,43 @@ fn marker(name: &str) -> Step {
     Step::write_file(format!("/etc/{name}.marker"), format!("{name}\n"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_decoupled_step_stops_its_layer_and_the_later_ones_and_keeps_what_ran_before() {
+/// How a layer joins the composer.
+enum Role {
+    Coupled,
+    Decoupled,
+}
+
+/// A layer of three steps whose middle one fails.
+fn broken() -> Vec<Step> {
+    vec![
+        marker("broken-before"),
+        Step::run("echo step-broke-here >&2; exit 9"),
+        marker("broken-after"),
+    ]
+}
+
+/// Provisions one machine with `layers` (one of them failing), asserts it ends Failed,
+/// and returns what the composer said and which of `markers` are on the machine.
+async fn fail_and_read_markers(
+    owner: &str,
+    layers: Vec<(Role, &str, Vec<Step>)>,
+    markers: &[&str],
+) -> (String, Vec<String>) {
     let lab = Lab::new();
-    let provider = lab.provider("mixedfail");
+    let provider = lab.provider(owner);
     let key = ClientKey::new();
-    let layer = |name: &str, steps: Vec<Step>| Arc::new(StepLayer::new(name, steps).unwrap());
-    let composer = Composer::builder(provider.clone())
+    let mut builder = Composer::builder(provider.clone())
         .connector(key.connector())
-        .completion(Arc::new(CloudInitStatus::new()))
-        .coupled(layer("base", vec![marker("coupled-base")]))
-        .decoupled(layer("first", vec![marker("decoupled-first")]))
-        .decoupled(layer(
-            "broken",
-            vec![
-                marker("broken-before"),
-                Step::run("echo step-broke-here >&2; exit 9"),
-                marker("broken-after"),
-            ],
-        ))
-        .decoupled(layer("later", vec![marker("decoupled-later")]))
-        .build()
-        .unwrap();
-    let mut spec = MachineSpec::new(MachineName::new("mixedfail-1").unwrap());
+        .completion(Arc::new(CloudInitStatus::new()));
+    for (role, name, steps) in layers {
+        let layer = Arc::new(StepLayer::new(name, steps).unwrap());
+        builder = match role {
+            Role::Coupled => builder.coupled(layer),
+            Role::Decoupled => builder.decoupled(layer),
+        };
+    }
+    let composer = builder.build().unwrap();
+    let mut spec = MachineSpec::new(MachineName::new(format!("{owner}-1")).unwrap());
     spec.ssh = Some(key.access("root"));
 
     let said = match composer.provision(&spec, &CancellationToken::new()).await {
@@ -187,20 +201,29 @@ async fn a_failing_decoupled_step_stops_its_layer_and_the_later_ones_and_keeps_w
         }
         Err(e) => e.to_string(),
     };
-    assert!(
-        said.contains("broken") && said.contains("step-broke-here"),
-        "names the layer and the step's stderr: {said}"
-    );
-
-    // What is on the machine is exactly what ran before the failure.
     let machine = provider
         .find(&spec.name)
         .await
         .unwrap()
         .expect("the machine stays for inspection");
-    let present = markers_present(
-        &key,
-        &machine,
+    let present = markers_present(&key, &machine, markers).await;
+    composer
+        .deprovision(&spec.name, &CancellationToken::new())
+        .await
+        .unwrap();
+    (said, present)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_decoupled_step_stops_its_layer_and_the_later_ones_and_keeps_what_ran_before() {
+    let (said, present) = fail_and_read_markers(
+        "mixedfail",
+        vec![
+            (Role::Coupled, "base", vec![marker("coupled-base")]),
+            (Role::Decoupled, "first", vec![marker("decoupled-first")]),
+            (Role::Decoupled, "broken", broken()),
+            (Role::Decoupled, "later", vec![marker("decoupled-later")]),
+        ],
         &[
             "coupled-base",
             "decoupled-first",
@@ -210,60 +233,28 @@ async fn a_failing_decoupled_step_stops_its_layer_and_the_later_ones_and_keeps_w
         ],
     )
     .await;
+    assert!(
+        said.contains("broken") && said.contains("step-broke-here"),
+        "names the layer and the step's stderr: {said}"
+    );
+    // What is on the machine is exactly what ran before the failure.
     assert_eq!(
         present,
         ["coupled-base", "decoupled-first", "broken-before"],
         "{said}"
     );
-
-    composer
-        .deprovision(&spec.name, &CancellationToken::new())
-        .await
-        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_coupled_step_stops_its_own_layer_but_cloud_init_still_runs_the_other_layers() {
-    let lab = Lab::new();
-    let provider = lab.provider("coupledfail");
-    let key = ClientKey::new();
-    let layer = |name: &str, steps: Vec<Step>| Arc::new(StepLayer::new(name, steps).unwrap());
-    let composer = Composer::builder(provider.clone())
-        .connector(key.connector())
-        .completion(Arc::new(CloudInitStatus::new()))
-        .coupled(layer("base", vec![marker("coupled-base")]))
-        .coupled(layer(
-            "broken",
-            vec![
-                marker("broken-before"),
-                Step::run("echo step-broke-here >&2; exit 9"),
-                marker("broken-after"),
-            ],
-        ))
-        .coupled(layer("later", vec![marker("coupled-later")]))
-        .decoupled(layer("never", vec![marker("decoupled-never")]))
-        .build()
-        .unwrap();
-    let mut spec = MachineSpec::new(MachineName::new("coupledfail-1").unwrap());
-    spec.ssh = Some(key.access("root"));
-
-    let said = match composer.provision(&spec, &CancellationToken::new()).await {
-        Ok(done) => {
-            assert_eq!(done.machine.phase, Phase::Failed, "{:?}", done.machine);
-            format!("{:?}", done.machine.failure)
-        }
-        Err(e) => e.to_string(),
-    };
-    assert!(said.contains("broken"), "names the failed layer: {said}");
-
-    let machine = provider
-        .find(&spec.name)
-        .await
-        .unwrap()
-        .expect("the machine stays for inspection");
-    let present = markers_present(
-        &key,
-        &machine,
+    let (said, present) = fail_and_read_markers(
+        "coupledfail",
+        vec![
+            (Role::Coupled, "base", vec![marker("coupled-base")]),
+            (Role::Coupled, "broken", broken()),
+            (Role::Coupled, "later", vec![marker("coupled-later")]),
+            (Role::Decoupled, "never", vec![marker("decoupled-never")]),
+        ],
         &[
             "coupled-base",
             "broken-before",
@@ -273,6 +264,7 @@ async fn a_failing_coupled_step_stops_its_own_layer_but_cloud_init_still_runs_th
         ],
     )
     .await;
+    assert!(said.contains("broken"), "names the failed layer: {said}");
     // cloud-init runs every part's script and reports the failed ones; a failed coupled
     // layer stops at its failing step, the other coupled layers still run, and no
     // decoupled layer starts on a machine whose bootstrap failed.
@@ -281,9 +273,4 @@ async fn a_failing_coupled_step_stops_its_own_layer_but_cloud_init_still_runs_th
         ["coupled-base", "broken-before", "coupled-later"],
         "{said}"
     );
-
-    composer
-        .deprovision(&spec.name, &CancellationToken::new())
-        .await
-        .unwrap();
 }
