@@ -11,7 +11,10 @@ use provider_baremetal::redfish::{RedfishPoolConfig, RedfishProvider};
 use provider_http::HttpSettings;
 
 use common::Sushy;
-use common::flaky::Flaky;
+use common::flaky::{Fault, Flaky};
+use machine_core::SecretString;
+use provider_baremetal::redfish::{BmcCredentials, RedfishClient};
+use provider_http::HttpClient;
 
 async fn provider_at(sushy: &Sushy, endpoint: &str, dir: &std::path::Path) -> RedfishProvider {
     let yaml = common::pool_yaml_at(sushy, endpoint, dir, "team");
@@ -49,4 +52,30 @@ async fn a_bmc_answering_503_then_recovering() {
         .expect("create after the BMC recovered");
     assert!(flaky.requests() > 3);
     retried.delete(&m.provider_id).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn html_or_truncated_answers_are_transient_errors_quoting_them() {
+    let sushy = Sushy::start(1);
+    let id = &sushy.systems[0].id;
+    for (fault, quoted) in [
+        (Fault::Html, "Gateway login"),
+        (Fault::Truncated, "PowerSta"),
+    ] {
+        let flaky = Flaky::start_with(&sushy.endpoint, 1, fault).await;
+        let c = RedfishClient::new(
+            HttpClient::new(&HttpSettings::default()).unwrap(),
+            flaky.endpoint.parse().unwrap(),
+            BmcCredentials::new("admin", SecretString::from("pw")),
+        );
+        let e = c.system(id).await.expect_err("not Redfish JSON");
+        assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+        assert!(
+            e.to_string().contains("not the Redfish JSON expected"),
+            "{e}"
+        );
+        assert!(e.to_string().contains(quoted), "{e}");
+        // The next answer is sushy's own.
+        assert_eq!(&c.system(id).await.expect("recovered").id, id);
+    }
 }

@@ -1,5 +1,6 @@
-//! A proxy in front of a BMC that answers its first N requests 503 with a Redfish
-//! error body, then forwards everything: a BMC that is busy, then recovers.
+//! A proxy in front of a BMC that answers its first N requests itself (503 with a
+//! Redfish error body, or a 200 that is not Redfish JSON), then forwards everything: a
+//! BMC that is busy, or behind a broken proxy, then recovers.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -9,6 +10,17 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+
+/// What the proxy answers its first requests with.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    /// 503 with a Redfish ServiceTemporarilyUnavailable body.
+    Busy,
+    /// 200 with an HTML page.
+    Html,
+    /// 200 with JSON cut in the middle.
+    Truncated,
+}
 
 /// The running proxy; stops when dropped.
 pub struct Flaky {
@@ -25,6 +37,11 @@ const BUSY: &str = r#"{"error": {"code": "Base.1.8.GeneralError", "message": "bu
 impl Flaky {
     /// Proxies to `upstream` (`http://127.0.0.1:<port>`), failing the first `failures`.
     pub async fn start(upstream: &str, failures: usize) -> Flaky {
+        Flaky::start_with(upstream, failures, Fault::Busy).await
+    }
+
+    /// Proxies to `upstream`, answering the first `failures` requests with `fault`.
+    pub async fn start_with(upstream: &str, failures: usize, fault: Fault) -> Flaky {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let served = Arc::new(AtomicUsize::new(0));
@@ -41,8 +58,18 @@ impl Flaky {
                         async move {
                             let n = count.fetch_add(1, Ordering::SeqCst);
                             if n < failures {
-                                let mut r = Response::new(Full::new(Bytes::from(BUSY)));
-                                *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+                                let (status, body) = match fault {
+                                    Fault::Busy => (hyper::StatusCode::SERVICE_UNAVAILABLE, BUSY),
+                                    Fault::Html => (
+                                        hyper::StatusCode::OK,
+                                        "<html><body><h1>Gateway login</h1></body></html>",
+                                    ),
+                                    Fault::Truncated => {
+                                        (hyper::StatusCode::OK, r#"{"Id": "1", "PowerSta"#)
+                                    }
+                                };
+                                let mut r = Response::new(Full::new(Bytes::from(body)));
+                                *r.status_mut() = status;
                                 return Ok::<_, Infallible>(r);
                             }
                             Ok(forward(&client, &upstream, req).await)
