@@ -162,3 +162,24 @@ async fn power_ops_and_refused_boot_targets() {
     ));
     p.delete(&m.provider_id).await.expect("delete");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_right_after_create_leaves_the_server_off() {
+    let sushy = Sushy::start(1);
+    let claims = tempfile::tempdir().unwrap();
+    let p = common::provider(&sushy, claims.path(), "team").await;
+    let m = p.create(&spec("quick"), None).await.expect("create");
+    // The power-on is still pending at sushy (1-11 s): delete must not release the
+    // server before it lands, or it lands afterwards on a free server.
+    p.delete(&m.provider_id).await.expect("delete");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let s = raw_client(&sushy)
+        .system(&sushy.systems[0].id)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.power_state,
+        Some(provider_baremetal::redfish::PowerState::Off),
+        "a released server was powered on by a reset still pending at delete"
+    );
+}

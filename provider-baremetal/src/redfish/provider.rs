@@ -55,8 +55,9 @@ pub struct RedfishSettings {
 ///   override and powers the system on (or restarts it when it was on).
 /// - Phases come from the system's PowerState and the claim's intent: on → `Provisioned`,
 ///   off while meant to run → `Provisioning`, meant to be off → `Stopped`.
-/// - `delete` forces the system off (and waits until the BMC shows it), ejects the seed,
-///   stops serving it and releases the claim.
+/// - `delete` lets a pending power-on land, forces the system off (and waits until the
+///   BMC shows it), ejects the seed, stops serving it and releases the claim.
+/// - Power operations return once the BMC shows the new power state.
 /// - Power operations map to reset types (start `On`, stop `ForceOff`, reboot
 ///   `ForceRestart`); a type the system's `ResetType@Redfish.AllowableValues` lacks is
 ///   refused before any reset is sent.
@@ -442,15 +443,25 @@ impl MachineProvisioner for RedfishProvider {
             return Ok(());
         };
         let server = &self.config.servers[i].name;
-        match self.claims.read(server)? {
-            Some(c) if c.owner == self.config.owner => {}
+        let claim = match self.claims.read(server)? {
+            Some(c) if c.owner == self.config.owner => c,
             _ => return Ok(()),
+        };
+        if claim.powered {
+            // A power-on (or restart) may still be pending at the BMC: sushy keeps one
+            // pending reset and drops a ForceOff that matches the current state, so a
+            // pending On would power the released server on later. Let it land first;
+            // a server that never comes on is forced off all the same.
+            match self.wait_power(i, PowerState::On).await {
+                Err(e) if e.kind() != ErrorKind::Timeout => return Err(e),
+                _ => {}
+            }
         }
         let system = self.system(i).await?;
         if system.power_state != Some(PowerState::Off) {
             self.reset(i, &system, "ForceOff").await?;
-            // A BMC applies a reset later; releasing before it shows would let the next
-            // claimant's power-on be overtaken by this power-off.
+            // Released only once off: the next claimant's power-on must not be
+            // overtaken by this power-off.
             self.wait_power(i, PowerState::Off).await?;
         }
         let cd = self.clients[i].virtual_cd(&system).await?;
@@ -495,11 +506,15 @@ impl MachineProvisioner for RedfishProvider {
         }
         claim.powered = powered;
         self.claims.update(server, &claim)?;
-        if op == PowerOp::Stop && !already {
-            // A later start must not be overtaken by this stop still pending at the BMC.
-            self.wait_power(i, PowerState::Off).await?;
-        }
-        Ok(())
+        // Returns once the BMC shows the new state: a BMC that applies resets later
+        // (sushy: 1-11 s, one pending reset) would otherwise let the next operation be
+        // overtaken by this one.
+        let want = if powered {
+            PowerState::On
+        } else {
+            PowerState::Off
+        };
+        self.wait_power(i, want).await
     }
 
     async fn console_output(&self, _id: &ProviderId) -> Result<Option<String>> {
