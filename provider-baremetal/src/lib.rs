@@ -36,9 +36,12 @@
 //! # }
 //! ```
 //!
-//! Redfish BMCs (power control and virtual media for machines that must be installed)
-//! are not here yet.
+//! The [`redfish`] module holds the other half: servers behind Redfish BMCs, claimed
+//! from a pool ([`RedfishPoolConfig`]), given a NoCloud seed by virtual media, powered
+//! and booted through the BMC ([`RedfishProvider`]).
 
+pub mod redfish;
 pub mod static_hosts;
 
+pub use redfish::{RedfishPoolConfig, RedfishProvider};
 pub use static_hosts::{HostEntry, StaticHostSettings, StaticHostsConfig, StaticHostsProvider};

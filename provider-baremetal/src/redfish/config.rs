@@ -1,0 +1,295 @@
+//! The pool of Redfish servers: [`RedfishPoolConfig`] and its [`ServerEntry`]s, read from
+//! YAML or built in code, checked before any request is made.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use machine_core::{Error, Labels, Result, at_document_line, check_dns_label};
+use provider_http::{CertFingerprint, TlsConfig};
+use reqwest::Url;
+use serde::Deserialize;
+
+use super::client::BmcCredentials;
+
+/// The pool a [`crate::redfish::RedfishProvider`] claims servers from.
+///
+/// ```yaml
+/// owner: team-a
+/// claimDir: /srv/shared/redfish-claims   # shared by every controller of the pool
+/// mediaServer: {listen: "10.0.0.2:8080", url: "http://10.0.0.2:8080"}
+/// servers:
+///   - name: rack1-a
+///     bmc: https://10.0.1.5
+///     systemId: "1"
+///     credentials: {username: admin, password: s3cr3t}
+///     labels: {rack: r1}
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RedfishPoolConfig {
+    /// The owner recorded in every claim and the only owner whose claims are this
+    /// provider's machines.
+    #[serde(default = "default_owner")]
+    pub owner: String,
+    /// The directory that holds the claims, one file per server, shared by every
+    /// controller of the pool (see [`crate::redfish`] for why not on the BMC).
+    pub claim_dir: PathBuf,
+    /// Where the seed images are served from.
+    #[serde(default)]
+    pub media_server: MediaServerConfig,
+    /// The servers, in the order they are offered.
+    pub servers: Vec<ServerEntry>,
+}
+
+/// Where the provider serves seed images for BMCs to download.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MediaServerConfig {
+    /// The address to listen on; default `127.0.0.1:0` (a free loopback port).
+    #[serde(default = "default_listen")]
+    pub listen: std::net::SocketAddr,
+    /// The URL BMCs reach it at, when not the listening address (NAT, a name).
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+impl Default for MediaServerConfig {
+    fn default() -> Self {
+        MediaServerConfig {
+            listen: default_listen(),
+            url: None,
+        }
+    }
+}
+
+/// One server of the pool.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServerEntry {
+    /// The server's pool name, a DNS label.
+    pub name: String,
+    /// The BMC's base URL, `https://host[:port]` (`http://` only with `insecure`).
+    pub bmc: String,
+    /// The system's id under `/redfish/v1/Systems/`.
+    pub system_id: String,
+    /// The BMC account.
+    pub credentials: BmcCredentials,
+    /// Allow plain HTTP or an unverified certificate for this BMC (a lab emulator).
+    #[serde(default)]
+    pub insecure: bool,
+    /// Trust only the CA certificates (PEM) in this file for this BMC.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Trust exactly the BMC certificate with this SHA-256 fingerprint (hex, with or
+    /// without colons): what self-signed BMC certificates call for.
+    #[serde(default)]
+    pub fingerprint: Option<String>,
+    /// Labels a spec can select servers by.
+    #[serde(default)]
+    pub labels: Labels,
+}
+
+fn default_owner() -> String {
+    machine_core::DEFAULT_OWNER.to_owned()
+}
+
+fn default_listen() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn is_secret_field(field: &str) -> bool {
+    field.ends_with("credentials.password") || field.ends_with(".password")
+}
+
+impl ServerEntry {
+    /// The TLS trust this BMC's entry asks for: a pinned fingerprint, a CA file, none
+    /// (insecure), or the system roots.
+    pub fn tls(&self) -> Result<TlsConfig> {
+        if let Some(f) = &self.fingerprint {
+            let pin: CertFingerprint = f
+                .parse()
+                .map_err(|e: Error| Error::invalid_spec("fingerprint", e.message().to_owned()))?;
+            return Ok(TlsConfig::default().with_pinned_sha256(pin));
+        }
+        if let Some(ca) = &self.ca_file {
+            return Ok(TlsConfig::default().with_ca_file(ca));
+        }
+        if self.insecure {
+            return Ok(TlsConfig::default().insecure());
+        }
+        Ok(TlsConfig::default())
+    }
+
+    /// The BMC's URL, checked.
+    pub fn bmc_url(&self) -> Result<Url> {
+        let url = Url::parse(&self.bmc).map_err(|e| {
+            Error::invalid_spec(
+                "bmc",
+                format!("{:?} is not a URL like https://bmc.example: {e}", self.bmc),
+            )
+        })?;
+        match url.scheme() {
+            "https" => {}
+            "http" if self.insecure => {}
+            "http" => {
+                return Err(Error::invalid_spec(
+                    "bmc",
+                    format!(
+                        "{} is plain HTTP: credentials would cross the network in clear; use https or set insecure: true",
+                        self.bmc
+                    ),
+                ));
+            }
+            other => {
+                return Err(Error::invalid_spec(
+                    "bmc",
+                    format!("scheme {other:?} of {:?} is not https", self.bmc),
+                ));
+            }
+        }
+        if url.host_str().is_none_or(str::is_empty) || url.path() != "/" || url.query().is_some() {
+            return Err(Error::invalid_spec(
+                "bmc",
+                format!(
+                    "{:?} must be a scheme, host and optional port only",
+                    self.bmc
+                ),
+            ));
+        }
+        Ok(url)
+    }
+
+    /// `host[:port]` of the BMC, as the provider ID shows it.
+    pub fn bmc_host(&self) -> Result<String> {
+        let url = self.bmc_url()?;
+        let host = url.host_str().unwrap_or_default();
+        Ok(match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        })
+    }
+}
+
+impl RedfishPoolConfig {
+    /// Reads a pool from YAML and checks it; errors name the field and the line, and
+    /// never quote a password.
+    pub fn from_yaml(yaml: &str) -> Result<Self> {
+        let config: RedfishPoolConfig = machine_core::from_yaml_redacting(yaml, is_secret_field)?;
+        config.validate().map_err(|e| at_document_line(e, yaml))?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: names, BMC URLs, system ids, credentials.
+    pub fn validate(&self) -> Result<()> {
+        if self.owner.is_empty()
+            || !self
+                .owner
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(Error::invalid_spec(
+                "owner",
+                format!(
+                    "{:?} must be non-empty, of a-z, A-Z, 0-9, '-', '_', '.'",
+                    self.owner
+                ),
+            ));
+        }
+        if self.servers.is_empty() {
+            return Err(Error::invalid_spec("servers", "the pool has no server"));
+        }
+        let mut names = BTreeSet::new();
+        let mut systems = BTreeSet::new();
+        for (i, s) in self.servers.iter().enumerate() {
+            let within = |e: Error| e.within(&format!("servers[{i}]"));
+            check_dns_label("name", &s.name).map_err(within)?;
+            if !names.insert(s.name.as_str()) {
+                return Err(within(Error::invalid_spec(
+                    "name",
+                    format!("{:?} is given more than once; names must be unique", s.name),
+                )));
+            }
+            let host = s.bmc_host().map_err(within)?;
+            if s.system_id.is_empty()
+                || !s
+                    .system_id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(within(Error::invalid_spec(
+                    "systemId",
+                    format!(
+                        "{:?} must be non-empty, of a-z, A-Z, 0-9, '-', '_', '.'",
+                        s.system_id
+                    ),
+                )));
+            }
+            if !systems.insert((host, s.system_id.as_str())) {
+                return Err(within(Error::invalid_spec(
+                    "systemId",
+                    format!("system {:?} of {} is in the pool twice", s.system_id, s.bmc),
+                )));
+            }
+            if s.fingerprint.is_some() && s.ca_file.is_some() {
+                return Err(within(Error::invalid_spec(
+                    "fingerprint",
+                    "give either fingerprint or caFile, not both",
+                )));
+            }
+            s.tls().map_err(within)?;
+            if s.credentials.username.is_empty() {
+                return Err(within(Error::invalid_spec(
+                    "credentials.username",
+                    "the BMC user name is empty",
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The server named `name`.
+    pub fn server(&self, name: &str) -> Option<&ServerEntry> {
+        self.servers.iter().find(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(yaml: &str) -> Error {
+        RedfishPoolConfig::from_yaml(yaml).expect_err(yaml)
+    }
+
+    const GOOD: &str = "claimDir: /tmp/c\nservers:\n  - name: a\n    bmc: https://10.0.0.1\n    systemId: '1'\n    credentials: {username: admin, password: pw-9f3k}\n";
+
+    #[test]
+    fn a_pool_reads_from_yaml() {
+        let c = RedfishPoolConfig::from_yaml(GOOD).unwrap();
+        assert_eq!(c.servers[0].bmc_host().unwrap(), "10.0.0.1");
+        assert!(!format!("{c:?}").contains("pw-9f3k"));
+    }
+
+    #[test]
+    fn bad_pools_name_the_field_and_line() {
+        let e = err(&GOOD.replace("systemId", "sistemId"));
+        assert!(e.to_string().contains("sistemId"), "{e}");
+        let e = err(&format!(
+            "{GOOD}  - name: a\n    bmc: https://10.0.0.2\n    systemId: '1'\n    credentials: {{username: admin, password: x}}\n"
+        ));
+        assert_eq!(e.field(), Some("servers[1].name"), "{e}");
+        assert!(e.to_string().contains("line 7"), "{e}");
+        let e = err(&GOOD.replace("https://10.0.0.1", "10.0.0.1"));
+        assert_eq!(e.field(), Some("servers[0].bmc"), "{e}");
+        let e = err(&GOOD.replace("https://", "http://"));
+        assert_eq!(e.field(), Some("servers[0].bmc"), "{e}");
+        assert!(e.to_string().contains("insecure"), "{e}");
+        let e = err(&GOOD.replace(
+            "    credentials: {username: admin, password: pw-9f3k}\n",
+            "",
+        ));
+        assert!(e.to_string().contains("credentials"), "{e}");
+        let e = err(&GOOD.replace("password: pw-9f3k", "password: [pw-9f3k]"));
+        assert!(!e.to_string().contains("pw-9f3k"), "{e}");
+    }
+}
