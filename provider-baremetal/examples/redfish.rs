@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, WriteFile};
-use machine_core::{CancellationToken, Composer, MachineName, MachineSpec};
+use machine_core::{CancellationToken, Composer, MachineName, MachineProvisioner, MachineSpec};
 use provider_baremetal::{RedfishPoolConfig, RedfishProvider};
 use provider_http::HttpSettings;
 
@@ -51,8 +51,9 @@ async fn main() -> anyhow::Result<()> {
         "{} is {} ({})",
         done.machine.name, done.machine.provider_id, done.machine.phase
     );
-    // Ready: the BMC needs the seed no more.
-    provider.release_media(&done.machine.provider_id);
+    // Without a completion check the composer could not see cloud-init finish, so it
+    // left the seed served; the machine is up, so withdraw it.
+    provider.bootstrap_finished(&done.machine).await?;
     if !keep {
         composer.deprovision(&spec.name, &cancel).await?;
         println!("{} released", spec.name);

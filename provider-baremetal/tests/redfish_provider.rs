@@ -71,7 +71,7 @@ async fn create_seeds_boots_and_delete_releases() {
     }
     // Ready: the seed is no longer needed; its URL stops answering.
     assert!(p.media_server().serves(m.provider_id.as_str()));
-    assert!(p.release_media(&m.provider_id));
+    p.bootstrap_finished(&m).await.unwrap();
     assert!(!p.media_server().serves(m.provider_id.as_str()));
     // A restarted controller adopts it.
     let again = common::provider(&sushy, claims.path(), "team").await;

@@ -159,12 +159,6 @@ impl RedfishProvider {
         &self.media
     }
 
-    /// Stops serving the seed of machine `id` (once it is Ready, the BMC needs it no
-    /// more); `true` when there was one.
-    pub fn release_media(&self, id: &ProviderId) -> bool {
-        self.media.remove(id.as_str()) > 0
-    }
-
     /// The provider ID of `server`: `redfish://<bmc host[:port]>/<system id>`.
     pub fn provider_id(server: &ServerEntry) -> Result<ProviderId> {
         ProviderId::new(format!(
@@ -519,5 +513,12 @@ impl MachineProvisioner for RedfishProvider {
 
     async fn console_output(&self, _id: &ProviderId) -> Result<Option<String>> {
         Ok(None)
+    }
+
+    /// Stops serving the machine's seed: once its software is in place the BMC needs
+    /// it no more, and its URL should not keep handing out the user data.
+    async fn bootstrap_finished(&self, machine: &Machine) -> Result<()> {
+        self.media.remove(machine.provider_id.as_str());
+        Ok(())
     }
 }
