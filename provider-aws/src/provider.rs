@@ -195,10 +195,29 @@ impl AwsProvider {
         }
     }
 
+    /// DescribeInstances by the owner's tags and the `Name` tags `names`, following
+    /// pages: what [`FleetView`] batches.
+    async fn list_names(&self, names: Vec<String>) -> Result<Vec<Instance>> {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.ec2
+            .describe(
+                &[],
+                &[
+                    filter(&format!("tag:{MANAGED_TAG}"), &["true"]),
+                    filter(&format!("tag:{OWNER_TAG}"), &[self.config.owner.as_str()]),
+                    filter(&format!("tag:{}", tags::NAME_TAG), &names),
+                ],
+            )
+            .await
+    }
+
     /// The owned instances named `name`, from a listing that started at or after
     /// `since` (shared with every other lookup that asked meanwhile).
     async fn named(&self, name: &MachineName, since: Instant) -> Result<Named> {
-        let snapshot = self.view.since(since, || self.list_owned()).await?;
+        let snapshot = self
+            .view
+            .named(name.as_str(), since, |names| self.list_names(names))
+            .await?;
         let owner = self.config.owner.as_str();
         let all: Vec<Instance> = snapshot
             .instances
@@ -405,6 +424,7 @@ impl MachineProvisioner for AwsProvider {
     /// same name at the same moment with another spec gets a conflict error, and a
     /// recreate after a delete continues the token sequence of the instances it sees.
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
+        let _op = self.view.operation();
         let began = Instant::now();
         let plan = self.plan(spec, user_data)?;
         let named = self.named(&spec.name, began).await?;
@@ -499,10 +519,13 @@ impl MachineProvisioner for AwsProvider {
     /// The oldest live instance of the name (one that is not being terminated, when
     /// there is one), with the `Duplicates` condition when more than one is live.
     async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
+        let _op = self.view.operation();
         let named = self.named(name, Instant::now()).await?;
         match named.live.first() {
             Some(inst) => {
-                let mut m = self.machine(inst, true).await?;
+                // No console read: a caller that finds a machine may be about to delete
+                // it; `get` reads host keys when they are wanted.
+                let mut m = self.machine(inst, false).await?;
                 mark_duplicates(&mut m, &named.live);
                 Ok(Some(m))
             }
@@ -547,54 +570,42 @@ impl MachineProvisioner for AwsProvider {
 
     /// Terminates the machine: the instance and every other live instance of the same
     /// owner and name (a duplicate made by a race or from outside is never left
-    /// running), in one TerminateInstances. The instance is looked up in a listing of
-    /// the owner's instances made after the call began (shared with concurrent
-    /// lookups); only when that does not show it is it looked up by id. Succeeds for an
+    /// running), in one TerminateInstances. The instance is checked by id (ownership,
+    /// state, name: one cheap call); its name's other instances come from a name lookup
+    /// made after the call began, shared with the fleet's other lookups. Succeeds for an
     /// unknown id, except right after this provider created it (then the not-found is
     /// transient, so a retry terminates it once EC2 knows it). Does nothing to an
     /// instance already terminated or shutting down, so a late delete of an old ID
     /// leaves a newer machine of the name alone. Refuses, with a conflict error, to
     /// touch an instance of another owner.
     async fn delete(&self, id: &ProviderId) -> Result<()> {
+        let _op = self.view.operation();
         let began = Instant::now();
         let iid = instance_id(id)?;
-        let snapshot = self.view.since(began, || self.list_owned()).await?;
-        let owner = self.config.owner.as_str();
-        let listed = snapshot
-            .instances
-            .iter()
-            .find(|i| i.instance_id() == Some(iid) && is_owned_by(i, owner))
-            .cloned();
-        let inst = match listed {
-            Some(inst) => inst,
-            None => match self.lookup(id).await? {
-                Lookup::Owned(inst) => *inst,
-                Lookup::Missing(e) => return self.gone(iid, e),
-                // Someone else's instance is not ours to terminate.
-                Lookup::Foreign => return Err(self.foreign(id, ErrorKind::Conflict)),
-            },
+        let inst = match self.lookup(id).await? {
+            Lookup::Owned(inst) => *inst,
+            Lookup::Missing(e) => return self.gone(iid, e),
+            // Someone else's instance is not ours to terminate.
+            Lookup::Foreign => return Err(self.foreign(id, ErrorKind::Conflict)),
         };
         if is_gone_or_going(&inst) {
             // Deleted already. Its name may carry a newer machine by now (a recreate),
             // which a late or repeated delete of the old ID must leave alone.
             return Ok(());
         }
-        let name = name_of(&inst).map(str::to_owned);
-        let mut targets: Vec<&str> = vec![iid];
-        for other in &snapshot.instances {
-            let Some(other_id) = other.instance_id() else {
-                continue;
-            };
-            if other_id != iid
-                && is_owned_by(other, owner)
-                && name_of(other) == name.as_deref()
-                && state_name(other).is_some_and(|s| LIVE_STATES.contains(&s))
-                && !is_gone_or_going(other)
-            {
-                tracing::info!(instance = other_id, machine = ?name, "terminating a duplicate of the machine");
-                targets.push(other_id);
+        let mut targets: Vec<String> = vec![iid.to_owned()];
+        if let Some(name) = name_of(&inst).and_then(|n| MachineName::new(n).ok()) {
+            for other in self.named(&name, began).await?.live {
+                let Some(other_id) = other.instance_id() else {
+                    continue;
+                };
+                if other_id != iid && !is_gone_or_going(&other) {
+                    tracing::info!(instance = other_id, machine = %name, "terminating a duplicate of the machine");
+                    targets.push(other_id.to_owned());
+                }
             }
         }
+        let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
         match self.ec2.terminate_all(&targets).await {
             Err(e) if e.kind() == ErrorKind::NotFound && targets.len() > 1 => {
                 // One of them vanished meanwhile: EC2 refused the whole batch.
