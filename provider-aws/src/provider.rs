@@ -36,6 +36,12 @@ const HOST_KEY_RECHECK: Duration = Duration::from_secs(15);
 /// granularity plus a margin for the rival's RunInstances to be answered.
 const RACE_WINDOW: Duration = Duration::from_millis(1500);
 
+/// How many instance names a provider remembers before it starts afresh.
+const NAMES_REMEMBERED: usize = 100_000;
+
+/// How old a name lookup `delete` may use to find a machine's duplicates.
+const DUPLICATE_LOOKUP_AGE: Duration = Duration::from_secs(30);
+
 /// Instance states a live machine can be in (terminated ones do not count).
 const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
 
@@ -50,8 +56,10 @@ pub struct AwsProvider {
     recent: Mutex<HashMap<String, Instant>>,
     /// Host keys read from consoles, and when each console was last read.
     host_keys: Mutex<HashMap<String, (Vec<String>, Instant)>>,
-    /// Every instance of the owner, listed once for many name lookups.
+    /// Name lookups shared across the fleet.
     view: FleetView,
+    /// The name of each instance a name lookup showed (bounded by [`NAMES_REMEMBERED`]).
+    names: Mutex<HashMap<String, MachineName>>,
 }
 
 impl AwsProvider {
@@ -81,6 +89,7 @@ impl AwsProvider {
             recent: Mutex::new(HashMap::new()),
             host_keys: Mutex::new(HashMap::new()),
             view: FleetView::default(),
+            names: Mutex::new(HashMap::new()),
         })
     }
 
@@ -124,6 +133,25 @@ impl AwsProvider {
         let window = self.config.consistency_window;
         recent.retain(|_, at| at.elapsed() < window);
         recent.insert(id.to_owned(), Instant::now());
+    }
+
+    /// Remembers the name of `instances`, so that a delete of one of them can use a
+    /// name lookup instead of a check by id.
+    fn remember_names(&self, instances: &[Instance], name: &MachineName) {
+        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        if names.len() > NAMES_REMEMBERED {
+            names.clear();
+        }
+        for i in instances {
+            if let Some(iid) = i.instance_id() {
+                names.insert(iid.to_owned(), name.clone());
+            }
+        }
+    }
+
+    fn known_name(&self, id: &str) -> Option<MachineName> {
+        let names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        names.get(id).cloned()
     }
 
     fn created_lately(&self, id: &str) -> bool {
@@ -195,10 +223,29 @@ impl AwsProvider {
         }
     }
 
+    /// DescribeInstances by the owner's tags and the `Name` tags `names`, following
+    /// pages: what [`FleetView`] batches.
+    async fn list_names(&self, names: Vec<String>) -> Result<Vec<Instance>> {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.ec2
+            .describe(
+                &[],
+                &[
+                    filter(&format!("tag:{MANAGED_TAG}"), &["true"]),
+                    filter(&format!("tag:{OWNER_TAG}"), &[self.config.owner.as_str()]),
+                    filter(&format!("tag:{}", tags::NAME_TAG), &names),
+                ],
+            )
+            .await
+    }
+
     /// The owned instances named `name`, from a listing that started at or after
     /// `since` (shared with every other lookup that asked meanwhile).
     async fn named(&self, name: &MachineName, since: Instant) -> Result<Named> {
-        let snapshot = self.view.since(since, || self.list_owned()).await?;
+        let snapshot = self
+            .view
+            .named(name.as_str(), since, |names| self.list_names(names))
+            .await?;
         let owner = self.config.owner.as_str();
         let all: Vec<Instance> = snapshot
             .instances
@@ -206,6 +253,7 @@ impl AwsProvider {
             .filter(|i| is_owned_by(i, owner) && name_of(i) == Some(name.as_str()))
             .cloned()
             .collect();
+        self.remember_names(&all, name);
         let mut live: Vec<Instance> = all
             .iter()
             .filter(|i| state_name(i).is_some_and(|s| LIVE_STATES.contains(&s)))
@@ -405,6 +453,7 @@ impl MachineProvisioner for AwsProvider {
     /// same name at the same moment with another spec gets a conflict error, and a
     /// recreate after a delete continues the token sequence of the instances it sees.
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
+        let _op = self.view.operation();
         let began = Instant::now();
         let plan = self.plan(spec, user_data)?;
         let named = self.named(&spec.name, began).await?;
@@ -499,10 +548,13 @@ impl MachineProvisioner for AwsProvider {
     /// The oldest live instance of the name (one that is not being terminated, when
     /// there is one), with the `Duplicates` condition when more than one is live.
     async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
+        let _op = self.view.operation();
         let named = self.named(name, Instant::now()).await?;
         match named.live.first() {
             Some(inst) => {
-                let mut m = self.machine(inst, true).await?;
+                // No console read: a caller that finds a machine may be about to delete
+                // it; `get` reads host keys when they are wanted.
+                let mut m = self.machine(inst, false).await?;
                 mark_duplicates(&mut m, &named.live);
                 Ok(Some(m))
             }
@@ -547,25 +599,33 @@ impl MachineProvisioner for AwsProvider {
 
     /// Terminates the machine: the instance and every other live instance of the same
     /// owner and name (a duplicate made by a race or from outside is never left
-    /// running), in one TerminateInstances. The instance is looked up in a listing of
-    /// the owner's instances made after the call began (shared with concurrent
-    /// lookups); only when that does not show it is it looked up by id. Succeeds for an
+    /// running), in one TerminateInstances. The instance and its name's other instances
+    /// come from a name lookup of the last half minute (usually the one that settled its
+    /// creation) or one shared with the fleet's other lookups; an instance that lookup
+    /// does not show is checked by id (ownership, state, name: one cheap call). Succeeds for an
     /// unknown id, except right after this provider created it (then the not-found is
     /// transient, so a retry terminates it once EC2 knows it). Does nothing to an
     /// instance already terminated or shutting down, so a late delete of an old ID
     /// leaves a newer machine of the name alone. Refuses, with a conflict error, to
     /// touch an instance of another owner.
     async fn delete(&self, id: &ProviderId) -> Result<()> {
+        let _op = self.view.operation();
         let began = Instant::now();
         let iid = instance_id(id)?;
-        let snapshot = self.view.since(began, || self.list_owned()).await?;
-        let owner = self.config.owner.as_str();
-        let listed = snapshot
-            .instances
-            .iter()
-            .find(|i| i.instance_id() == Some(iid) && is_owned_by(i, owner))
-            .cloned();
+        // A lookup of the last half minute will do for the name's other instances: a
+        // racing launch is settled by its own creator, and a teardown looks the name up
+        // afresh before it is done.
+        let since = began.checked_sub(DUPLICATE_LOOKUP_AGE).unwrap_or(began);
+        let known = self.known_name(iid);
+        let mut named = match &known {
+            Some(name) => Some(self.named(name, since).await?),
+            None => None,
+        };
+        let listed = named
+            .as_ref()
+            .and_then(|n| n.all.iter().find(|i| i.instance_id() == Some(iid)).cloned());
         let inst = match listed {
+            // The name lookup shows it with the owner's tags: no check by id needed.
             Some(inst) => inst,
             None => match self.lookup(id).await? {
                 Lookup::Owned(inst) => *inst,
@@ -579,22 +639,21 @@ impl MachineProvisioner for AwsProvider {
             // which a late or repeated delete of the old ID must leave alone.
             return Ok(());
         }
-        let name = name_of(&inst).map(str::to_owned);
-        let mut targets: Vec<&str> = vec![iid];
-        for other in &snapshot.instances {
+        let name = name_of(&inst).and_then(|n| MachineName::new(n).ok());
+        if let Some(name) = name.as_ref().filter(|n| Some(*n) != known.as_ref()) {
+            named = Some(self.named(name, since).await?);
+        }
+        let mut targets: Vec<String> = vec![iid.to_owned()];
+        for other in named.map(|n| n.live).unwrap_or_default() {
             let Some(other_id) = other.instance_id() else {
                 continue;
             };
-            if other_id != iid
-                && is_owned_by(other, owner)
-                && name_of(other) == name.as_deref()
-                && state_name(other).is_some_and(|s| LIVE_STATES.contains(&s))
-                && !is_gone_or_going(other)
-            {
+            if other_id != iid && !is_gone_or_going(&other) {
                 tracing::info!(instance = other_id, machine = ?name, "terminating a duplicate of the machine");
-                targets.push(other_id);
+                targets.push(other_id.to_owned());
             }
         }
+        let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
         match self.ec2.terminate_all(&targets).await {
             Err(e) if e.kind() == ErrorKind::NotFound && targets.len() > 1 => {
                 // One of them vanished meanwhile: EC2 refused the whole batch.

@@ -1,67 +1,177 @@
-//! A shared view of every instance of one owner: one paginated DescribeInstances by the
-//! owner tag serves the name lookups of many machines at once.
+//! Name lookups shared across a fleet: one DescribeInstances, filtered by the owner's
+//! tags and by the `Name` tag of every name asked meanwhile, answers many machines.
 //!
 //! Tag-filtered DescribeInstances is EC2's most expensive and most throttled call, and
 //! a fleet used to make one per machine for every create, find, race check and delete.
-//! Here a caller asks for a view *taken after* a given instant (normally when its own
-//! operation began, so that it never acts on state older than its call), and callers
-//! that ask while a listing is under way wait and share the next one: under
-//! concurrency one listing serves every machine that asked in the meantime, and a lone
-//! caller pays the single call it paid before.
+//! Here a caller asks for a name's instances as listed *after* a given instant
+//! (normally when its own operation began, so that it never acts on state older than
+//! its call: a create refreshes before it trusts an absence). Names asked while a
+//! listing is under way, or while the view waits out its batching gap, go into the next
+//! listing together (up to [`NAMES_PER_LISTING`] per call).
+//!
+//! The gap between two listings grows with the operations in flight
+//! ([`GAP_PER_OPERATION`] each, at most [`MAX_GAP`]): a lone caller never waits, and a
+//! fleet of N machines in flight makes about one listing per gap, whatever N. Listing
+//! only the names asked (not every instance of the owner) keeps each call's cost to the
+//! server proportional to the batch, not to the fleet and its terminated instances.
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::Instance;
 use machine_core::Result;
 
-/// What one listing returned.
+/// EC2 accepts up to 200 values in one filter.
+pub(crate) const NAMES_PER_LISTING: usize = 200;
+
+/// How much longer the view waits between listings for each operation in flight.
+pub(crate) const GAP_PER_OPERATION: Duration = Duration::from_millis(100);
+
+/// The longest wait between two listings, however many operations are in flight.
+pub(crate) const MAX_GAP: Duration = Duration::from_secs(5);
+
+/// How long an answer is kept: no operation waits that long for a lookup.
+const FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// One name's instances, as one listing found them.
 #[derive(Debug)]
-pub(crate) struct Snapshot {
+pub(crate) struct NameSnapshot {
     /// When the listing started: it shows everything done before this instant.
     pub started: Instant,
-    /// Every instance with the owner's tags, in any state EC2 still lists.
+    /// Every instance of the owner with the name, in any state EC2 still lists.
     pub instances: Vec<Instance>,
 }
 
-/// The latest listing, and a lock that lets one listing run at a time.
+#[derive(Debug, Default)]
+struct Inner {
+    /// Names asked for and not yet taken into a listing.
+    pending: BTreeSet<String>,
+    /// The latest answer for each name asked.
+    answers: HashMap<String, Arc<NameSnapshot>>,
+    /// When the latest listing started.
+    last_started: Option<Instant>,
+}
+
+/// Batched lookups of names, and the count of operations that may ask for them.
 #[derive(Debug, Default)]
 pub(crate) struct FleetView {
     listing: tokio::sync::Mutex<()>,
-    latest: Mutex<Option<Arc<Snapshot>>>,
+    inner: Mutex<Inner>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts one operation in flight while it lives (see [`FleetView::operation`]).
+pub(crate) struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl FleetView {
-    fn latest_since(&self, since: Instant) -> Option<Arc<Snapshot>> {
-        self.latest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .filter(|s| s.started >= since)
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A snapshot whose listing started at or after `since`: the latest one if it
-    /// qualifies, else the next, made by `list` unless another caller is making it.
-    pub(crate) async fn since<F, Fut>(&self, since: Instant, list: F) -> Result<Arc<Snapshot>>
+    /// Marks an operation (create, find, delete) as in flight until the guard drops:
+    /// the more there are, the longer the view batches names before listing.
+    pub(crate) fn operation(&self) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self.in_flight.clone())
+    }
+
+    fn answered_since(&self, name: &str, since: Instant) -> Option<Arc<NameSnapshot>> {
+        self.inner()
+            .answers
+            .get(name)
+            .filter(|s| s.started >= since)
+            .cloned()
+    }
+
+    /// `name`'s instances from a listing that started at or after `since`: the latest
+    /// answer if it qualifies, else the next listing, made by `list` (given the names to
+    /// list, it returns their instances) unless another caller is making it.
+    pub(crate) async fn named<F, Fut>(
+        &self,
+        name: &str,
+        since: Instant,
+        list: F,
+    ) -> Result<Arc<NameSnapshot>>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(Vec<String>) -> Fut,
         Fut: Future<Output = Result<Vec<Instance>>>,
     {
-        if let Some(s) = self.latest_since(since) {
+        if let Some(s) = self.answered_since(name, since) {
             return Ok(s);
         }
+        self.inner().pending.insert(name.to_owned());
         let _one_at_a_time = self.listing.lock().await;
-        // Whoever held the lock may have listed after `since`: share that.
-        if let Some(s) = self.latest_since(since) {
+        // Whoever held the lock may have listed this name after `since`: share that.
+        if let Some(s) = self.answered_since(name, since) {
             return Ok(s);
         }
-        let started = Instant::now();
-        let instances = list().await?;
-        let snapshot = Arc::new(Snapshot { started, instances });
-        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
-        if latest.as_ref().is_none_or(|l| l.started < started) {
-            *latest = Some(snapshot.clone());
+        // Wait out the gap, so that the names of the other operations in flight join.
+        let gap = (GAP_PER_OPERATION * self.in_flight.load(Ordering::SeqCst) as u32)
+            .saturating_sub(GAP_PER_OPERATION)
+            .min(MAX_GAP);
+        let last = self.inner().last_started;
+        if let Some(last) = last {
+            tokio::time::sleep_until((last + gap).into()).await;
         }
-        Ok(snapshot)
+        let names: Vec<String> = {
+            let mut inner = self.inner();
+            inner.pending.remove(name);
+            let mut names = vec![name.to_owned()];
+            while names.len() < NAMES_PER_LISTING {
+                let Some(n) = inner.pending.pop_first() else {
+                    break;
+                };
+                names.push(n);
+            }
+            names
+        };
+        let started = Instant::now();
+        let found = match list(names.clone()).await {
+            Ok(found) => found,
+            Err(e) => {
+                // The others asked too: their names go into the next listing.
+                let mut inner = self.inner();
+                inner.pending.extend(names.into_iter().skip(1));
+                return Err(e);
+            }
+        };
+        let mut by_name: HashMap<String, Vec<Instance>> =
+            names.iter().map(|n| (n.clone(), Vec::new())).collect();
+        for inst in found {
+            let tagged = inst
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some(crate::tags::NAME_TAG))
+                .and_then(|t| t.value())
+                .map(str::to_owned);
+            if let Some(list) = tagged.and_then(|n| by_name.get_mut(&n)) {
+                list.push(inst);
+            }
+        }
+        let own = Arc::new(NameSnapshot {
+            started,
+            instances: by_name.remove(name).unwrap_or_default(),
+        });
+        let mut inner = self.inner();
+        inner.last_started = Some(started);
+        // Answers older than any operation still running serve nobody.
+        inner
+            .answers
+            .retain(|_, s| s.started.elapsed() < FORGET_AFTER);
+        for (n, instances) in by_name {
+            inner
+                .answers
+                .insert(n, Arc::new(NameSnapshot { started, instances }));
+        }
+        inner.answers.insert(name.to_owned(), own.clone());
+        Ok(own)
     }
 }
