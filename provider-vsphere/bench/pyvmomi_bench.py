@@ -1,0 +1,152 @@
+"""pyvmomi side of provider-vsphere's benchmark (run by
+provider-vsphere/examples/bench_vsphere.rs), and the stand-in for VMware Tools.
+
+Bench mode: each of --count VMs is cloned from the template with the same extraConfig the
+provider writes (owner and name tags, 2 KiB of user data as gzip+base64 guestinfo),
+given 1 CPU and 64 MiB, powered on, polled every --poll seconds until it has a guest IP,
+powered off and destroyed, by --concurrency threads on one session, each task waited with
+pyVim.task.WaitForTask (what a pyvmomi user, and Ansible's community.vmware, does). The
+connection pool is sized to the threads (pyvmomi's default of 5 would make the other
+threads open a fresh TLS connection per call). Every SOAP call is counted. Prints one
+JSON line: {"wall_s", "cpu_s", "calls", "machines"}; cpu_s is this process's user +
+system time.
+
+--tools: plays VMware Tools for every VM named bench-*: once powered on and without an
+IP, it gets one through extraConfig `SET.guest.ipAddress` (vcsim's hook). Runs until
+killed, in its own session, so neither side pays for it.
+"""
+
+import argparse
+import base64
+import gzip
+import json
+import resource
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from pyVim.connect import SmartConnect
+from pyVim.task import WaitForTask
+from pyVmomi import SoapAdapter, vim, vmodl
+
+CALLS = 0
+CALLS_LOCK = threading.Lock()
+
+
+def counted(f):
+    def wrapper(*a, **k):
+        global CALLS
+        with CALLS_LOCK:
+            CALLS += 1
+        return f(*a, **k)
+
+    return wrapper
+
+
+# Every SOAP request pyvmomi sends goes through this one (a property read too: its
+# InvokeAccessor calls InvokeMethod with a Fetch).
+SoapAdapter.SoapStubAdapter.InvokeMethod = counted(SoapAdapter.SoapStubAdapter.InvokeMethod)
+
+
+def connect(args, user):
+    host, port = args.host.rsplit(":", 1)
+    si = SmartConnect(host=host, port=int(port), user=user, pwd="pass",
+                      thumbprint=args.thumbprint)
+    si._stub.poolSize = args.concurrency
+    return si
+
+
+def tools(args) -> None:
+    si = connect(args, "tools")
+    content = si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    pc = content.propertyCollector
+    spec = vim.PropertyCollector.FilterSpec(
+        objectSet=[vim.PropertyCollector.ObjectSpec(
+            obj=view, skip=True,
+            selectSet=[vim.PropertyCollector.TraversalSpec(
+                name="view", type=vim.view.ContainerView, path="view", skip=False)])],
+        propSet=[vim.PropertyCollector.PropertySpec(
+            type=vim.VirtualMachine, pathSet=["name", "runtime.powerState", "guest.ipAddress"])])
+    given = 0
+    while True:
+        for o in pc.RetrieveContents([spec]):
+            p = {x.name: x.val for x in o.propSet}
+            if (p.get("name", "").startswith("bench-") and p.get("runtime.powerState") == "poweredOn"
+                    and not p.get("guest.ipAddress")):
+                given += 1
+                ip = f"10.{given // 65536 % 256}.{given // 256 % 256}.{given % 256}"
+                try:
+                    o.obj.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[
+                        vim.option.OptionValue(key="SET.guest.ipAddress", value=ip)]))
+                except vmodl.fault.ManagedObjectNotFound:
+                    pass  # destroyed meanwhile
+        time.sleep(args.poll / 4)
+
+
+def bench(args) -> None:
+    si = connect(args, "bench-pyvmomi")
+    content = si.RetrieveContent()
+    find = content.searchIndex.FindByInventoryPath
+    template = find(args.template)
+    folder = find(args.folder)
+    pool = find(args.pool)
+    raw = b"#cloud-config\n" + b"# padding\n" * 203
+    user_data = base64.b64encode(gzip.compress(raw)).decode()
+
+    def opt(k, v):
+        return vim.option.OptionValue(key=k, value=v)
+
+    def one(i: int) -> None:
+        name = f"bench-{i:04d}"
+        config = vim.vm.ConfigSpec(extraConfig=[
+            opt("machineprovisioning.owner", args.owner),
+            opt("machineprovisioning.name", name),
+            opt("guestinfo.userdata", user_data),
+            opt("guestinfo.userdata.encoding", "gzip+base64"),
+        ])
+        clone = vim.vm.CloneSpec(location=vim.vm.RelocateSpec(pool=pool), config=config,
+                                 powerOn=False, template=False)
+        task = template.CloneVM_Task(folder=folder, name=name, spec=clone)
+        WaitForTask(task, si=si)
+        vm = task.info.result
+        WaitForTask(vm.ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=1, memoryMB=64)), si=si)
+        WaitForTask(vm.PowerOnVM_Task(), si=si)
+        while not vm.guest.ipAddress:
+            time.sleep(args.poll)
+        WaitForTask(vm.PowerOffVM_Task(), si=si)
+        WaitForTask(vm.Destroy_Task(), si=si)
+
+    global CALLS
+    CALLS = 0
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(args.concurrency) as pool_:
+        list(pool_.map(one, range(args.count)))
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "calls": CALLS, "machines": args.count}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", required=True, help="host:port of vcsim")
+    ap.add_argument("--thumbprint", required=True, help="SHA-256 of vcsim's certificate, hex")
+    ap.add_argument("--count", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--poll", type=float, default=0.1)
+    ap.add_argument("--owner", default="bench-pyvmomi")
+    ap.add_argument("--template", default="DC0/vm/DC0_H0_VM1")
+    ap.add_argument("--folder", default="DC0/vm")
+    ap.add_argument("--pool", default="DC0/host/DC0_H0/Resources")
+    ap.add_argument("--tools", action="store_true")
+    args = ap.parse_args()
+    if args.tools:
+        tools(args)
+    else:
+        bench(args)
+
+
+if __name__ == "__main__":
+    main()
