@@ -79,8 +79,8 @@ def tools(args) -> None:
                 try:
                     o.obj.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[
                         vim.option.OptionValue(key="SET.guest.ipAddress", value=ip)]))
-                except vmodl.fault.ManagedObjectNotFound:
-                    pass  # destroyed meanwhile
+                except vmodl.MethodFault:
+                    pass  # destroyed or powered off meanwhile: nothing to report
         time.sleep(args.poll / 4)
 
 

@@ -1,0 +1,283 @@
+//! Benchmark of provider-vsphere against pyvmomi on vcsim, in one run (a fresh vcsim per
+//! side, the provider first unless `--pyvmomi-first`).
+//!
+//! Each side takes N VMs (default 200, concurrency 16) through clone from the template
+//! (owner and name tags and 2 KiB of user data in extraConfig), 1 CPU and 64 MiB, power
+//! on, wait until the guest has an IP (polled every 100 ms), and destroy. The provider
+//! does it through `create`, `get` and `delete` (with its adoption lookup before the
+//! clone, the race check after it, the started mark, the ownership check and the soft
+//! stop before destroy); pyvmomi through the minimal calls with `WaitForTask` on 16
+//! threads (provider-vsphere/bench/pyvmomi_bench.py). vcsim gives no guest IP by itself:
+//! a VMware Tools stand-in (the same script with `--tools`, its own process and session)
+//! sets one with extraConfig `SET.guest.ipAddress` on every powered-on bench VM, for both
+//! sides alike. Client CPU is getrusage of each side's own process (this one for the
+//! provider, the Python child for pyvmomi); vcsim and the Tools stand-in are excluded.
+//! Calls: pyvmomi counts its own SOAP requests exactly; for the provider, vcsim's
+//! `callCount` of its session (read from `SessionManager.sessionList`). vcsim bumps that
+//! count without a lock, so under concurrency it can miss some: the pyvmomi row shows
+//! vcsim's count beside the exact one, to see how many.
+//!
+//! ```sh
+//! WITH_BENCH_PEERS=1 bash scripts/peers/50-vcsim.sh   # vcsim, and pyvmomi in a venv
+//! cargo run --release -p provider-vsphere --example bench_vsphere -- --count 200 --concurrency 16
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use machine_core::{
+    AddressKind, MachineName, MachineProvisioner, SecretString, UserData, UserDataFormat,
+};
+use nix::sys::resource::{UsageWho, getrusage};
+use provider_vsphere::{VsphereConfig, VsphereProvider};
+
+/// The tests' vcsim launcher and raw SOAP administrator.
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::Vcsim;
+use common::admin::Admin;
+
+/// Where scripts/peers/50-vcsim.sh puts pyvmomi with WITH_BENCH_PEERS=1.
+fn venv() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache"));
+    cache.join("machine-provisioning/pyvmomi")
+}
+
+fn python() -> Result<PathBuf> {
+    let py = venv().join("bin/python");
+    if !py.is_file() {
+        bail!(
+            "pyvmomi is not installed at {}: run WITH_BENCH_PEERS=1 bash scripts/peers/50-vcsim.sh",
+            py.display()
+        );
+    }
+    Ok(py)
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/pyvmomi_bench.py")
+}
+
+/// `host:port` of vcsim's URL.
+fn host_port(vcsim: &Vcsim) -> Result<String> {
+    let rest = vcsim
+        .url
+        .strip_prefix("https://")
+        .context("vcsim URL is not https")?;
+    Ok(rest.split('/').next().unwrap_or(rest).to_owned())
+}
+
+/// The VMware Tools stand-in: its own process and session, killed (by PID) when dropped.
+struct Tools(Child);
+
+impl Tools {
+    fn start(vcsim: &Vcsim) -> Result<Tools> {
+        let child = Command::new(python()?)
+            .arg(script())
+            .args(["--host", &host_port(vcsim)?])
+            .args(["--thumbprint", &vcsim.fingerprint.to_string()])
+            .arg("--tools")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the VMware Tools stand-in")?;
+        Ok(Tools(child))
+    }
+}
+
+impl Drop for Tools {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn cpu_seconds() -> Result<f64> {
+    let u = getrusage(UsageWho::RUSAGE_SELF)?;
+    let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+    Ok(t(u.user_time()) + t(u.system_time()))
+}
+
+/// vcsim's call count for the session of `user` (0 when it has none).
+async fn vcsim_calls(admin: &Admin, user: &str) -> usize {
+    let text = admin
+        .call(
+            "RetrievePropertiesEx",
+            "<_this type=\"PropertyCollector\">propertyCollector</_this><specSet><propSet><type>SessionManager</type><pathSet>sessionList</pathSet></propSet><objectSet><obj type=\"SessionManager\">SessionManager</obj></objectSet></specSet><options/>",
+        )
+        .await;
+    let needle = format!("<userName>{user}</userName>");
+    text.split("<UserSession")
+        .filter(|s| s.contains(&needle))
+        .filter_map(|s| {
+            let from = s.find("<callCount>")? + "<callCount>".len();
+            s[from..].split('<').next()?.parse::<usize>().ok()
+        })
+        .sum()
+}
+
+struct Figures {
+    wall: f64,
+    cpu: f64,
+    /// The side's own count (pyvmomi), else vcsim's.
+    calls: usize,
+    /// vcsim's count of the side's session.
+    vcsim_calls: usize,
+}
+
+const POLL: Duration = Duration::from_millis(100);
+
+async fn bench_provider(count: usize, concurrency: usize) -> Result<Figures> {
+    let vcsim = Vcsim::start();
+    let _tools = Tools::start(&vcsim)?;
+    let admin = Admin::login(&vcsim).await;
+    let config = VsphereConfig::builder()
+        .url(&vcsim.url)
+        .username("bench-provider")
+        .password(SecretString::from("pass"))
+        .pinned_sha256(vcsim.fingerprint)
+        .datacenter("DC0")
+        .owner("bench-provider")
+        .build()?;
+    let p = Arc::new(VsphereProvider::new(config)?);
+    let data = Arc::new(UserData::new(
+        UserDataFormat::CloudConfig,
+        [&b"#cloud-config\n"[..], &b"# padding\n".repeat(203)].concat(),
+    ));
+    let cpu0 = cpu_seconds()?;
+    let start = Instant::now();
+    stream::iter(0..count)
+        .map(|i| {
+            let p = p.clone();
+            let data = data.clone();
+            async move {
+                let name = MachineName::new(format!("bench-{i:04}"))?;
+                let m = p.create(&common::spec(&name), Some(&data)).await?;
+                while p
+                    .get(&m.provider_id)
+                    .await?
+                    .address(AddressKind::InternalIP)
+                    .is_none()
+                {
+                    tokio::time::sleep(POLL).await;
+                }
+                p.delete(&m.provider_id).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds()? - cpu0;
+    // Read before logout, which ends the session and its count.
+    let calls = vcsim_calls(&admin, "bench-provider").await;
+    p.logout().await?;
+    Ok(Figures {
+        wall,
+        cpu,
+        calls,
+        vcsim_calls: calls,
+    })
+}
+
+async fn bench_pyvmomi(count: usize, concurrency: usize) -> Result<Figures> {
+    let vcsim = Vcsim::start();
+    let _tools = Tools::start(&vcsim)?;
+    let admin = Admin::login(&vcsim).await;
+    let out = Command::new(python()?)
+        .arg(script())
+        .args(["--host", &host_port(&vcsim)?])
+        .args(["--thumbprint", &vcsim.fingerprint.to_string()])
+        .args(["--count", &count.to_string()])
+        .args(["--concurrency", &concurrency.to_string()])
+        .args(["--poll", &POLL.as_secs_f64().to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running pyvmomi_bench.py")?;
+    if !out.status.success() {
+        bail!("pyvmomi_bench.py failed: {}", out.status);
+    }
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(line.trim())
+        .with_context(|| format!("pyvmomi bench printed {line:?}"))?;
+    let f = |k: &str| v[k].as_f64().with_context(|| format!("no {k} in {line}"));
+    Ok(Figures {
+        wall: f("wall_s")?,
+        cpu: f("cpu_s")?,
+        calls: f("calls")? as usize,
+        // The script exits without logging out, so its session (and count) remain.
+        vcsim_calls: vcsim_calls(&admin, "bench-pyvmomi").await,
+    })
+}
+
+fn arg(name: &str, default: usize) -> Result<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == name) {
+        Some(i) => args
+            .get(i + 1)
+            .with_context(|| format!("{name} needs a number"))?
+            .parse()
+            .with_context(|| format!("{name} needs a number")),
+        None => Ok(default),
+    }
+}
+
+/// A current-thread runtime, as bench_aws: the calls are I/O-bound.
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<()> {
+    let count = arg("--count", 200)?;
+    let concurrency = arg("--concurrency", 16)?;
+    println!(
+        "{count} VMs, concurrency {concurrency}, a fresh vcsim per side; provider-vsphere on a current-thread tokio runtime, pyvmomi on {concurrency} threads"
+    );
+    let (rust, py) = if std::env::args().any(|a| a == "--pyvmomi-first") {
+        let py = bench_pyvmomi(count, concurrency).await?;
+        (bench_provider(count, concurrency).await?, py)
+    } else {
+        let rust = bench_provider(count, concurrency).await?;
+        (rust, bench_pyvmomi(count, concurrency).await?)
+    };
+
+    println!();
+    println!(
+        "{:<17} {:>8} {:>8} {:>7} {:>12} {:>10} {:>12} {:>13}",
+        "client",
+        "wall s",
+        "cpu s",
+        "calls",
+        "vcsim calls",
+        "per VM",
+        "cpu ms/call",
+        "cpu ms/VM"
+    );
+    for (name, f) in [("provider-vsphere", &rust), ("pyvmomi", &py)] {
+        println!(
+            "{name:<17} {:>8.2} {:>8.2} {:>7} {:>12} {:>10.1} {:>12.3} {:>13.2}",
+            f.wall,
+            f.cpu,
+            f.calls,
+            f.vcsim_calls,
+            f.calls as f64 / count as f64,
+            1e3 * f.cpu / f.calls.max(1) as f64,
+            1e3 * f.cpu / count as f64
+        );
+    }
+    let per_call = |f: &Figures| f.cpu / f.calls.max(1) as f64;
+    println!();
+    println!(
+        "provider-vsphere / pyvmomi: wall {:.2}x (target <= 1.0x), cpu per call {:.2}x (target <= 0.3x), cpu per VM {:.2}x",
+        rust.wall / py.wall,
+        per_call(&rust) / per_call(&py),
+        rust.cpu / py.cpu
+    );
+    Ok(())
+}
