@@ -2,6 +2,8 @@
 # vcsim (govmomi's vCenter simulator) for provider-vsphere's tests, built offline from
 # Debian's golang-github-vmware-govmomi-dev (a library package: no vcsim binary) into
 # /opt/vcsim/vcsim. Idempotent: a binary built from the same main.go is left alone.
+# With WITH_BENCH_PEERS=1 it also installs pyvmomi (PyPI) into a venv under
+# ${XDG_CACHE_HOME:-$HOME/.cache}/machine-provisioning/pyvmomi, for the bench_vsphere example.
 #
 # The binary listens on 127.0.0.1:0 (or -listen), prints one line
 # "<url> <sha256 of its TLS certificate, hex>" (the fingerprint is "-" with -tls=false)
@@ -10,6 +12,23 @@
 set -euo pipefail
 
 dest=/opt/vcsim
+
+# pyvmomi for the benchmark's other side, only when asked (the tests do not need it).
+bench_peers() {
+  [ "${WITH_BENCH_PEERS:-0}" = 1 ] || return 0
+  local venv="${XDG_CACHE_HOME:-$HOME/.cache}/machine-provisioning/pyvmomi"
+  if ! "$venv/bin/python" -c 'import pyVmomi' 2>/dev/null; then
+    if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+      apt-get update
+      DEBIAN_FRONTEND=noninteractive apt-get install -y python3 python3-venv
+    fi
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check pyvmomi
+  fi
+  echo "pyvmomi in $venv: $("$venv/bin/pip" show pyvmomi 2>/dev/null | sed -n 's/^Version: //p')"
+}
 main_go=$(cat <<'GO'
 package main
 
@@ -140,6 +159,7 @@ GO
 
 if [ -x "$dest/vcsim" ] && [ -f "$dest/main.go" ] && [ "$(cat "$dest/main.go")" = "$main_go" ]; then
   echo "vcsim already built at $dest/vcsim"
+  bench_peers
   exit 0
 fi
 
@@ -159,3 +179,4 @@ printf '%s\n' "$main_go" >"$build/src/vcsim/main.go"
 install -m 0755 "$build/vcsim" "$dest/vcsim"
 printf '%s\n' "$main_go" >"$dest/main.go"
 echo "vcsim built at $dest/vcsim"
+bench_peers
