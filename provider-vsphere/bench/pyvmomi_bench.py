@@ -50,6 +50,27 @@ def counted(f):
 SoapAdapter.SoapStubAdapter.InvokeMethod = counted(SoapAdapter.SoapStubAdapter.InvokeMethod)
 
 
+def again(op, gone_is_done=False):
+    """Calls op until it does not lose its connection, at most four times. vcsim 0.24
+    panics in a request now and then under concurrency (in Destroy_Task when a
+    concurrent clone has blanked the disk backing it shares with the template; the VM
+    is unregistered by then) and drops the connection: counted in RETRIES and repeated,
+    as the provider's side does. A repeated destroy that finds nothing is done."""
+    global RETRIES
+    for tries in range(4):
+        try:
+            return op()
+        except (http.client.RemoteDisconnected, ConnectionError):
+            if tries == 3:
+                raise
+            with CALLS_LOCK:
+                RETRIES += 1
+        except vmodl.fault.ManagedObjectNotFound:
+            if gone_is_done and tries > 0:
+                return None
+            raise
+
+
 def connect(args, user):
     host, port = args.host.rsplit(":", 1)
     si = SmartConnect(host=host, port=int(port), user=user, pwd="pass",
@@ -72,17 +93,20 @@ def tools(args) -> None:
             type=vim.VirtualMachine, pathSet=["name", "runtime.powerState", "guest.ipAddress"])])
     given = 0
     while True:
-        for o in pc.RetrieveContents([spec]):
-            p = {x.name: x.val for x in o.propSet}
-            if (p.get("name", "").startswith("bench-") and p.get("runtime.powerState") == "poweredOn"
-                    and not p.get("guest.ipAddress")):
-                given += 1
-                ip = f"10.{given // 65536 % 256}.{given // 256 % 256}.{given % 256}"
-                try:
-                    o.obj.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[
-                        vim.option.OptionValue(key="SET.guest.ipAddress", value=ip)]))
-                except vmodl.MethodFault:
-                    pass  # destroyed or powered off meanwhile: nothing to report
+        try:
+            for o in pc.RetrieveContents([spec]):
+                p = {x.name: x.val for x in o.propSet}
+                if (p.get("name", "").startswith("bench-") and p.get("runtime.powerState") == "poweredOn"
+                        and not p.get("guest.ipAddress")):
+                    given += 1
+                    ip = f"10.{given // 65536 % 256}.{given // 256 % 256}.{given % 256}"
+                    try:
+                        o.obj.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[
+                            vim.option.OptionValue(key="SET.guest.ipAddress", value=ip)]))
+                    except vmodl.MethodFault:
+                        pass  # destroyed or powered off meanwhile: nothing to report
+        except (http.client.RemoteDisconnected, ConnectionError):
+            pass  # vcsim dropped the connection (see again()): look again
         time.sleep(args.poll / 4)
 
 
@@ -112,24 +136,12 @@ def bench(args) -> None:
         task = template.CloneVM_Task(folder=folder, name=name, spec=clone)
         WaitForTask(task, si=si)
         vm = task.info.result
-        WaitForTask(vm.ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=1, memoryMB=64)), si=si)
-        WaitForTask(vm.PowerOnVM_Task(), si=si)
-        while not vm.guest.ipAddress:
+        again(lambda: WaitForTask(vm.ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=1, memoryMB=64)), si=si))
+        again(lambda: WaitForTask(vm.PowerOnVM_Task(), si=si))
+        while not again(lambda: vm.guest.ipAddress):
             time.sleep(args.poll)
-        WaitForTask(vm.PowerOffVM_Task(), si=si)
-        try:
-            WaitForTask(vm.Destroy_Task(), si=si)
-        except http.client.RemoteDisconnected:
-            # vcsim 0.24 panics in Destroy_Task when a concurrent clone has blanked the
-            # disk backing it shares with the template (the VM is unregistered by then):
-            # counted, and destroyed again unless gone.
-            global RETRIES
-            with CALLS_LOCK:
-                RETRIES += 1
-            try:
-                WaitForTask(vm.Destroy_Task(), si=si)
-            except vmodl.fault.ManagedObjectNotFound:
-                pass
+        again(lambda: WaitForTask(vm.PowerOffVM_Task(), si=si))
+        again(lambda: WaitForTask(vm.Destroy_Task(), si=si), gone_is_done=True)
 
     global CALLS
     CALLS = 0

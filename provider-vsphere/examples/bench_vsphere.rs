@@ -125,6 +125,29 @@ async fn vcsim_calls(admin: &Admin, user: &str) -> usize {
         .sum()
 }
 
+/// CPU seconds (user + system) used so far by this process's vcsim children, from /proc:
+/// the server side of the same calls, to see whether one client's calls cost vcsim more.
+fn vcsim_cpu_seconds() -> Result<f64> {
+    let me = std::process::id().to_string();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?.context("no CLK_TCK")? as f64;
+    let mut ticks = 0u64;
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ... utime(14) stime(15)": fields after the comm.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if head.ends_with("(vcsim") && f.get(1) == Some(&me.as_str()) {
+            ticks += f.get(11).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+            ticks += f.get(12).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    Ok(ticks as f64 / hz)
+}
+
 struct Figures {
     wall: f64,
     cpu: f64,
@@ -134,6 +157,31 @@ struct Figures {
     vcsim_calls: usize,
     /// Deletes repeated after vcsim dropped the connection.
     retries: usize,
+    /// vcsim's CPU seconds during the side's run.
+    server_cpu: f64,
+}
+
+/// Calls `op` until it succeeds or fails other than transiently, at most four times;
+/// `retries` counts the repeats. vcsim 0.24 panics in a request now and then under
+/// concurrency (in Destroy_Task when a concurrent clone has blanked the disk backing
+/// it shares with the template) and drops the connection; a controller retries such
+/// errors (Retrying), and pyvmomi's side repeats the same way. Create adopts and
+/// delete counts gone as done, so a repeat is safe.
+async fn again<T, F, Fut>(retries: &AtomicUsize, op: F) -> machine_core::Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = machine_core::Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match op().await {
+            Err(e) if e.kind().is_retryable() && tries < 3 => {
+                tries += 1;
+                retries.fetch_add(1, Ordering::Relaxed);
+            }
+            other => return other,
+        }
+    }
 }
 
 const POLL: Duration = Duration::from_millis(100);
@@ -156,6 +204,7 @@ async fn bench_provider(count: usize, concurrency: usize) -> Result<Figures> {
         [&b"#cloud-config\n"[..], &b"# padding\n".repeat(203)].concat(),
     ));
     let retries = AtomicUsize::new(0);
+    let server0 = vcsim_cpu_seconds()?;
     let cpu0 = cpu_seconds()?;
     let start = Instant::now();
     stream::iter(0..count)
@@ -165,23 +214,16 @@ async fn bench_provider(count: usize, concurrency: usize) -> Result<Figures> {
             let retries = &retries;
             async move {
                 let name = MachineName::new(format!("bench-{i:04}"))?;
-                let m = p.create(&common::spec(&name), Some(&data)).await?;
-                while p
-                    .get(&m.provider_id)
+                let spec = common::spec(&name);
+                let m = again(retries, || p.create(&spec, Some(&data))).await?;
+                while again(retries, || p.get(&m.provider_id))
                     .await?
                     .address(AddressKind::InternalIP)
                     .is_none()
                 {
                     tokio::time::sleep(POLL).await;
                 }
-                // vcsim 0.24 panics in Destroy_Task now and then (a concurrent clone
-                // blanks the disk backing it shares with the template; the VM is
-                // unregistered by then) and drops the connection: counted, and
-                // deleted again (gone is success), as pyvmomi's side does.
-                if p.delete(&m.provider_id).await.is_err() {
-                    retries.fetch_add(1, Ordering::Relaxed);
-                    p.delete(&m.provider_id).await?;
-                }
+                again(retries, || p.delete(&m.provider_id)).await?;
                 anyhow::Ok(())
             }
         })
@@ -190,6 +232,7 @@ async fn bench_provider(count: usize, concurrency: usize) -> Result<Figures> {
         .await?;
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds()? - cpu0;
+    let server_cpu = vcsim_cpu_seconds()? - server0;
     // Read before logout, which ends the session and its count.
     let calls = vcsim_calls(&admin, "bench-provider").await;
     p.logout().await?;
@@ -199,6 +242,7 @@ async fn bench_provider(count: usize, concurrency: usize) -> Result<Figures> {
         calls,
         vcsim_calls: calls,
         retries: retries.into_inner(),
+        server_cpu,
     })
 }
 
@@ -206,6 +250,7 @@ async fn bench_pyvmomi(count: usize, concurrency: usize) -> Result<Figures> {
     let vcsim = Vcsim::start();
     let _tools = Tools::start(&vcsim)?;
     let admin = Admin::login(&vcsim).await;
+    let server0 = vcsim_cpu_seconds()?;
     let out = Command::new(python()?)
         .arg(script())
         .args(["--host", &host_port(&vcsim)?])
@@ -216,6 +261,8 @@ async fn bench_pyvmomi(count: usize, concurrency: usize) -> Result<Figures> {
         .stderr(Stdio::inherit())
         .output()
         .context("running pyvmomi_bench.py")?;
+    // Includes the script's start-up and login, a few calls.
+    let server_cpu = vcsim_cpu_seconds()? - server0;
     if !out.status.success() {
         bail!("pyvmomi_bench.py failed: {}", out.status);
     }
@@ -230,6 +277,7 @@ async fn bench_pyvmomi(count: usize, concurrency: usize) -> Result<Figures> {
         // The script exits without logging out, so its session (and count) remain.
         vcsim_calls: vcsim_calls(&admin, "bench-pyvmomi").await,
         retries: f("retries")? as usize,
+        server_cpu,
     })
 }
 
@@ -263,7 +311,7 @@ async fn main() -> Result<()> {
 
     println!();
     println!(
-        "{:<17} {:>8} {:>8} {:>7} {:>12} {:>10} {:>12} {:>13} {:>8}",
+        "{:<17} {:>8} {:>8} {:>7} {:>12} {:>10} {:>12} {:>13} {:>8} {:>14}",
         "client",
         "wall s",
         "cpu s",
@@ -272,11 +320,12 @@ async fn main() -> Result<()> {
         "per VM",
         "cpu ms/call",
         "cpu ms/VM",
-        "retries"
+        "retries",
+        "vcsim ms/VM"
     );
     for (name, f) in [("provider-vsphere", &rust), ("pyvmomi", &py)] {
         println!(
-            "{name:<17} {:>8.2} {:>8.2} {:>7} {:>12} {:>10.1} {:>12.3} {:>13.2} {:>8}",
+            "{name:<17} {:>8.2} {:>8.2} {:>7} {:>12} {:>10.1} {:>12.3} {:>13.2} {:>8} {:>14.2}",
             f.wall,
             f.cpu,
             f.calls,
@@ -284,7 +333,8 @@ async fn main() -> Result<()> {
             f.calls as f64 / count as f64,
             1e3 * f.cpu / f.calls.max(1) as f64,
             1e3 * f.cpu / count as f64,
-            f.retries
+            f.retries,
+            1e3 * f.server_cpu / count as f64
         );
     }
     let per_call = |f: &Figures| f.cpu / f.calls.max(1) as f64;
