@@ -1,9 +1,9 @@
 //! Benchmark of provider-vsphere against pyvmomi on vcsim, in one run (a fresh vcsim per
 //! side, the provider first unless `--pyvmomi-first`).
 //!
-//! Each side takes N VMs (default 200, concurrency 16) through clone from the template
-//! (owner and name tags and 2 KiB of user data in extraConfig), 1 CPU and 64 MiB, power
-//! on, wait until the guest has an IP (polled every 100 ms), and destroy. The provider
+//! Each side takes N VMs (default 200, concurrency 16) through clone from a diskless
+//! template (vcsim's `DC0_H0_VM0`; see [`diskless_template`] for why) with owner and
+//! name tags and 2 KiB of user data in extraConfig, 1 CPU and 64 MiB, power on, wait until the guest has an IP (polled every 100 ms), and destroy. The provider
 //! does it through `create`, `get` and `delete` (with its adoption lookup before the
 //! clone, the race check after it, the started mark, the ownership check and the soft
 //! stop before destroy); pyvmomi through the minimal calls with `WaitForTask` on 16
@@ -15,7 +15,8 @@
 //! Calls: pyvmomi counts its own SOAP requests exactly; for the provider, vcsim's
 //! `callCount` of its session (read from `SessionManager.sessionList`). vcsim bumps that
 //! count without a lock, so under concurrency it can miss some: the pyvmomi row shows
-//! vcsim's count beside the exact one, to see how many.
+//! vcsim's count beside the exact one, to see how many. A call whose connection vcsim
+//! dropped is repeated (at most three times) on both sides, and counted in `retries`.
 //!
 //! ```sh
 //! WITH_BENCH_PEERS=1 bash scripts/peers/50-vcsim.sh   # vcsim, and pyvmomi in a venv
