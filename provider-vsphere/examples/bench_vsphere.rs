@@ -3,10 +3,11 @@
 //!
 //! Each side takes N VMs (default 200, concurrency 16) through clone from a diskless
 //! template (vcsim's `DC0_H0_VM0`; see [`diskless_template`] for why) with owner and
-//! name tags and 2 KiB of user data in extraConfig, 1 CPU and 64 MiB, power on, wait until the guest has an IP (polled every 100 ms), and destroy. The provider
-//! does it through `create`, `get` and `delete` (with its adoption lookup before the
-//! clone, the race check after it, the started mark, the ownership check and the soft
-//! stop before destroy); pyvmomi through the minimal calls with `WaitForTask` on 16
+//! name tags and 2 KiB of user data in extraConfig, 1 CPU and 64 MiB, power on, wait
+//! until the guest has an IP (polled every 100 ms), and destroy. The provider does it
+//! through `create`, `get` and `delete` (with its adoption lookup before the clone, the
+//! race check after it, the started mark, the ownership check and the soft stop before
+//! destroy); pyvmomi through the minimal calls with `WaitForTask` on 16
 //! threads (provider-vsphere/bench/pyvmomi_bench.py). vcsim gives no guest IP by itself:
 //! a VMware Tools stand-in (the same script with `--tools`, its own process and session)
 //! sets one with extraConfig `SET.guest.ipAddress` on every powered-on bench VM, for both
