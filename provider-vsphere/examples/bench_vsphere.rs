@@ -157,8 +157,8 @@ const TEMPLATE: &str = "DC0/vm/DC0_H0_VM0";
 /// Makes a diskless template of vcsim's `DC0_H0_VM0` (powered off, its disk removed,
 /// marked as a template). vcsim 0.24's clone shares the template's disk object with
 /// every clone and blanks its file name while it copies; a Destroy_Task racing with a
-/// clone then panics, once with a lock held so that vcsim answered nothing more (seen
-/// at 200 VMs, concurrency 16). Without a disk neither side meets that race; vcsim
+/// clone then panics, and in one run vcsim answered nothing more after it (200 VMs,
+/// concurrency 16). Without a disk neither side meets that race; vcsim
 /// copies no disk data anyway. (vcsim refuses to reconfigure a template, hence a VM of
 /// its own rather than the tests' template.)
 async fn diskless_template(admin: &Admin) -> Result<()> {
