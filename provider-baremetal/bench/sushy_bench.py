@@ -70,21 +70,23 @@ def main() -> None:
             return i
         raise RuntimeError(f"no free server for {name}")
 
-    def wait_power(system, want: str) -> None:
+    def wait_power(c: sushy.Sushy, path: str, want: str) -> None:
+        # A fresh System per poll, as Ironic's redfish driver reads one: refreshing the
+        # loaded one would re-read its cached virtual media too (3 more GETs a poll).
         deadline = time.monotonic() + 30
         while True:
-            system.refresh(force=True)
-            if system.power_state == want:
+            if c.get_system(path).power_state == want:
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{system.identity} did not reach {want} in 30 s")
+                raise RuntimeError(f"{path} did not reach {want} in 30 s")
             time.sleep(0.25)
 
     def one(n: int) -> None:
         name = f"bench-{n:04d}"
         i = claim(name)
         c = conn()
-        system = c.get_system(f"/redfish/v1/Systems/{systems[i]}")
+        path = f"/redfish/v1/Systems/{systems[i]}"
+        system = c.get_system(path)
         cd = next(m for m in system.virtual_media.get_members()
                   if {sushy.VirtualMediaType.CD, sushy.VirtualMediaType.DVD} & set(m.media_types))
         if cd.inserted:
@@ -94,9 +96,9 @@ def main() -> None:
                                        enabled=sushy.BootSourceOverrideEnabled.ONCE)
         system.reset_system(sushy.ResetType.ON)
         # Release.
-        wait_power(system, sushy.PowerState.ON)
+        wait_power(c, path, sushy.PowerState.ON)
         system.reset_system(sushy.ResetType.FORCE_OFF)
-        wait_power(system, sushy.PowerState.OFF)
+        wait_power(c, path, sushy.PowerState.OFF)
         cd.eject_media()
         os.unlink(os.path.join(args.claims, f"s{i}"))
 
