@@ -242,7 +242,10 @@ async fn run() -> Result<()> {
         )
     } else {
         let rust = bench_rust(&Sushy::start(count), count, concurrency).await?;
-        (rust, bench_python(&Sushy::start(count), count, concurrency)?)
+        (
+            rust,
+            bench_python(&Sushy::start(count), count, concurrency)?,
+        )
     };
 
     println!();
