@@ -26,11 +26,12 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "../../bench/measure.rs"]
+mod measure;
 use anyhow::{Context, Result, bail};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use machine_core::{MachineName, MachineProvisioner, MachineSpec, UserData, UserDataFormat};
-use nix::sys::resource::{UsageWho, getrusage};
-use nix::unistd::{SysconfVar, sysconf};
+use measure::{arg, cpu_seconds, process_cpu_seconds};
 use provider_baremetal::redfish::seed_iso::Seed;
 use provider_baremetal::{RedfishPoolConfig, RedfishProvider};
 use provider_http::HttpSettings;
@@ -66,28 +67,9 @@ fn logged_calls(sushy: &Sushy) -> usize {
         .count()
 }
 
-fn cpu_seconds() -> Result<f64> {
-    let u = getrusage(UsageWho::RUSAGE_SELF)?;
-    let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-    Ok(t(u.user_time()) + t(u.system_time()))
-}
-
-/// CPU seconds (user + system) the emulator has used so far, from /proc: the server side
-/// of the same calls.
+/// CPU seconds the emulator has used so far: the server side of the same calls.
 fn sushy_cpu_seconds(sushy: &Sushy) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", sushy.pid()))?;
-    // Fields after the command name in parentheses: state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("unexpected /proc stat format")?
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| -> Result<f64> {
-        Ok(fields.get(i).context("short /proc stat")?.parse::<u64>()? as f64)
-    };
-    let hz = sysconf(SysconfVar::CLK_TCK)?.context("no CLK_TCK")? as f64;
-    Ok((ticks(11)? + ticks(12)?) / hz)
+    process_cpu_seconds(sushy.pid())
 }
 
 struct Figures {
@@ -206,18 +188,6 @@ fn bench_python(sushy: &Sushy, count: usize, concurrency: usize) -> Result<Figur
         sushy_cpu,
         calls: logged_calls(sushy) - calls0,
     })
-}
-
-fn arg(name: &str, default: usize) -> Result<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .with_context(|| format!("{name} needs a number"))?
-            .parse()
-            .with_context(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
 }
 
 fn main() -> Result<()> {

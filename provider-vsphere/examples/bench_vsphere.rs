@@ -30,12 +30,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+// vcsim runs as several processes, counted by its own reader below, not by pid.
+#[allow(dead_code)]
+#[path = "../../bench/measure.rs"]
+mod measure;
 use anyhow::{Context, Result, bail};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use machine_core::{
     AddressKind, MachineName, MachineProvisioner, SecretString, UserData, UserDataFormat,
 };
-use nix::sys::resource::{UsageWho, getrusage};
+use measure::{arg, cpu_seconds};
 use provider_vsphere::{VsphereConfig, VsphereProvider};
 
 /// The tests' vcsim launcher and raw SOAP administrator.
@@ -101,12 +105,6 @@ impl Drop for Tools {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn cpu_seconds() -> Result<f64> {
-    let u = getrusage(UsageWho::RUSAGE_SELF)?;
-    let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-    Ok(t(u.user_time()) + t(u.system_time()))
 }
 
 /// vcsim's call count for the session of `user` (0 when it has none).
@@ -336,19 +334,6 @@ async fn bench_pyvmomi(count: usize, concurrency: usize) -> Result<Figures> {
     })
 }
 
-fn arg(name: &str, default: usize) -> Result<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .with_context(|| format!("{name} needs a number"))?
-            .parse()
-            .with_context(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
-
-/// A current-thread runtime, as bench_aws: the calls are I/O-bound.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let count = arg("--count", 200)?;
