@@ -1,6 +1,9 @@
 //! Claims on the pool's servers: one JSON file per claimed server in the claim
 //! directory, created with `O_EXCL` so that of two controllers racing for one server
 //! exactly one wins, and replaced atomically (write, then rename) when it changes.
+//!
+//! The file system calls (with an fsync per write) run on tokio's blocking pool, so a
+//! slow or network-mounted claim directory never stalls the runtime's workers.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -44,8 +47,49 @@ impl Claims {
         self.dir.join(format!("{server}.json"))
     }
 
+    /// Runs `f` with a copy of the claims on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(Claims) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let claims = self.clone();
+        tokio::task::spawn_blocking(move || f(claims))
+            .await
+            .map_err(|e| Error::permanent(format!("a claim file task failed: {e}")))?
+    }
+
     /// The claim on `server`, if any.
-    pub fn read(&self, server: &str) -> Result<Option<Claim>> {
+    pub async fn read(&self, server: &str) -> Result<Option<Claim>> {
+        let server = server.to_owned();
+        self.blocking(move |c| c.read_now(&server)).await
+    }
+
+    /// The claims on `servers`, in their order, read in one trip to the blocking pool.
+    pub async fn read_many(&self, servers: Vec<String>) -> Result<Vec<Option<Claim>>> {
+        self.blocking(move |c| servers.iter().map(|s| c.read_now(s)).collect())
+            .await
+    }
+
+    /// Claims `server` unless it is claimed already; `true` when this call claimed it.
+    pub async fn try_claim(&self, server: &str, claim: &Claim) -> Result<bool> {
+        let (server, claim) = (server.to_owned(), claim.clone());
+        self.blocking(move |c| c.try_claim_now(&server, &claim))
+            .await
+    }
+
+    /// Replaces `server`'s claim (after checking it is still `claim.owner`'s).
+    pub async fn update(&self, server: &str, claim: &Claim) -> Result<()> {
+        let (server, claim) = (server.to_owned(), claim.clone());
+        self.blocking(move |c| c.update_now(&server, &claim)).await
+    }
+
+    /// Removes `server`'s claim; nothing when there is none.
+    pub async fn release(&self, server: &str) -> Result<()> {
+        let server = server.to_owned();
+        self.blocking(move |c| c.release_now(&server)).await
+    }
+
+    fn read_now(&self, server: &str) -> Result<Option<Claim>> {
         let path = self.path(server);
         match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
@@ -56,8 +100,7 @@ impl Claims {
         }
     }
 
-    /// Claims `server` unless it is claimed already; `true` when this call claimed it.
-    pub fn try_claim(&self, server: &str, claim: &Claim) -> Result<bool> {
+    fn try_claim_now(&self, server: &str, claim: &Claim) -> Result<bool> {
         std::fs::create_dir_all(&self.dir).map_err(|e| io("creating", &self.dir, e))?;
         let path = self.path(server);
         let body = serde_json::to_vec(claim)
@@ -74,8 +117,7 @@ impl Claims {
         }
     }
 
-    /// Replaces `server`'s claim (after checking it is still `claim.owner`'s).
-    pub fn update(&self, server: &str, claim: &Claim) -> Result<()> {
+    fn update_now(&self, server: &str, claim: &Claim) -> Result<()> {
         let path = self.path(server);
         let body = serde_json::to_vec(claim)
             .map_err(|e| Error::permanent(format!("encoding a claim: {e}")))?;
@@ -83,8 +125,7 @@ impl Claims {
         std::fs::rename(&tmp, &path).map_err(|e| io("updating the claim", &path, e))
     }
 
-    /// Removes `server`'s claim; nothing when there is none.
-    pub fn release(&self, server: &str) -> Result<()> {
+    fn release_now(&self, server: &str) -> Result<()> {
         let path = self.path(server);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),

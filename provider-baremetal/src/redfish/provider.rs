@@ -197,21 +197,20 @@ impl RedfishProvider {
     }
 
     /// This owner's claims, in pool order.
-    fn owned(&self) -> Result<Vec<(usize, Claim)>> {
-        let mut out = Vec::new();
-        for (i, s) in self.config.servers.iter().enumerate() {
-            if let Some(c) = self.claims.read(&s.name)?
-                && c.owner == self.config.owner
-            {
-                out.push((i, c));
-            }
-        }
-        Ok(out)
+    async fn owned(&self) -> Result<Vec<(usize, Claim)>> {
+        let names = self.config.servers.iter().map(|s| s.name.clone()).collect();
+        let claims = self.claims.read_many(names).await?;
+        Ok(claims
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.filter(|c| c.owner == self.config.owner).map(|c| (i, c)))
+            .collect())
     }
 
-    fn holders(&self, name: &MachineName) -> Result<Vec<(usize, Claim)>> {
+    async fn holders(&self, name: &MachineName) -> Result<Vec<(usize, Claim)>> {
         Ok(self
-            .owned()?
+            .owned()
+            .await?
             .into_iter()
             .filter(|(_, c)| &c.name == name)
             .collect())
@@ -344,7 +343,7 @@ impl RedfishProvider {
         {
             let _ = self.clients[i].eject_media(&cd).await;
         }
-        let _ = self.claims.release(&self.config.servers[i].name);
+        let _ = self.claims.release(&self.config.servers[i].name).await;
     }
 }
 
@@ -370,20 +369,20 @@ impl MachineProvisioner for RedfishProvider {
         let mut taken = Vec::new();
         for i in candidates {
             let server = &self.config.servers[i].name;
-            if !self.claims.try_claim(server, &claim)? {
+            if !self.claims.try_claim(server, &claim).await? {
                 taken.push(server.as_str());
                 continue;
             }
             tracing::info!(server = %server, machine = %spec.name, "claimed server");
             // Two controllers creating one name at once each claim a server: the first
             // holder in pool order keeps it, the others release theirs.
-            let mut holders = self.holders(&spec.name)?.into_iter();
+            let mut holders = self.holders(&spec.name).await?.into_iter();
             let (kept, kept_claim) = holders
                 .next()
                 .ok_or_else(|| Error::transient(format!("the claim for {} vanished", spec.name)))?;
             if kept != i {
                 tracing::warn!(server = %server, machine = %spec.name, "releasing a duplicate claim");
-                self.claims.release(server)?;
+                self.claims.release(server).await?;
                 return self.machine_of(kept, kept_claim).await;
             }
             if let Err(e) = self.provision(i, spec, &settings, user_data).await {
@@ -405,14 +404,14 @@ impl MachineProvisioner for RedfishProvider {
     async fn get(&self, id: &ProviderId) -> Result<Machine> {
         let not_found = || Error::not_found(format!("{self}: no machine {id}"));
         let i = self.index_of(id).ok_or_else(not_found)?;
-        match self.claims.read(&self.config.servers[i].name)? {
+        match self.claims.read(&self.config.servers[i].name).await? {
             Some(c) if c.owner == self.config.owner => self.machine_of(i, c).await,
             _ => Err(not_found()),
         }
     }
 
     async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
-        match self.holders(name)?.into_iter().next() {
+        match self.holders(name).await?.into_iter().next() {
             Some((i, c)) => self.machine_of(i, c).await.map(Some),
             None => Ok(None),
         }
@@ -420,7 +419,8 @@ impl MachineProvisioner for RedfishProvider {
 
     async fn list(&self, selector: &Labels) -> Result<Vec<Machine>> {
         let owned: Vec<_> = self
-            .owned()?
+            .owned()
+            .await?
             .into_iter()
             .filter(|(_, c)| selector.iter().all(|(k, v)| c.labels.get(k) == Some(v)))
             .collect();
@@ -437,7 +437,7 @@ impl MachineProvisioner for RedfishProvider {
             return Ok(());
         };
         let server = &self.config.servers[i].name;
-        let claim = match self.claims.read(server)? {
+        let claim = match self.claims.read(server).await? {
             Some(c) if c.owner == self.config.owner => c,
             _ => return Ok(()),
         };
@@ -463,7 +463,7 @@ impl MachineProvisioner for RedfishProvider {
             self.clients[i].eject_media(&cd).await?;
         }
         self.media.remove(id.as_str());
-        self.claims.release(server)?;
+        self.claims.release(server).await?;
         tracing::info!(server = %server, "released server");
         Ok(())
     }
@@ -484,7 +484,7 @@ impl MachineProvisioner for RedfishProvider {
             .index_of(id)
             .ok_or_else(|| Error::not_found(format!("{self}: no machine {id}")))?;
         let server = &self.config.servers[i].name;
-        let mut claim = match self.claims.read(server)? {
+        let mut claim = match self.claims.read(server).await? {
             Some(c) if c.owner == self.config.owner => c,
             _ => return Err(Error::not_found(format!("{self}: no machine {id}"))),
         };
@@ -499,7 +499,7 @@ impl MachineProvisioner for RedfishProvider {
             self.clients[i].reset(&system, reset_type).await?;
         }
         claim.powered = powered;
-        self.claims.update(server, &claim)?;
+        self.claims.update(server, &claim).await?;
         // Returns once the BMC shows the new state: a BMC that applies resets later
         // (sushy: 1-11 s, one pending reset) would otherwise let the next operation be
         // overtaken by this one.
