@@ -83,14 +83,7 @@ async fn main() -> anyhow::Result<()> {
                 ProviderId::new(format!("static:///{}", t.address()))?,
                 Phase::Provisioned,
             );
-            m.access = Access {
-                ssh: Some(SshEndpoint {
-                    host: t.host.clone(),
-                    port: t.port,
-                    user: t.user.clone(),
-                }),
-                host_keys: Vec::new(),
-            };
+            m.access = Access::ssh(SshEndpoint::new(t.host.clone(), t.port, t.user.clone()));
             Ok(m)
         })
         .collect::<anyhow::Result<_>>()?;

@@ -179,11 +179,50 @@ pub enum AddressKind {
 /// One typed address of a machine.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct Address {
     /// What kind of address this is.
     pub kind: AddressKind,
     /// The address itself.
     pub address: String,
+}
+
+impl SshEndpoint {
+    /// An endpoint at `host:port`, logging in as `user`.
+    pub fn new(host: impl Into<String>, port: u16, user: impl Into<String>) -> Self {
+        SshEndpoint {
+            host: host.into(),
+            port,
+            user: user.into(),
+        }
+    }
+}
+
+impl Access {
+    /// Access over `ssh`, with no host keys known yet.
+    pub fn ssh(ssh: SshEndpoint) -> Self {
+        Access {
+            ssh: Some(ssh),
+            host_keys: Vec::new(),
+        }
+    }
+}
+
+impl Failure {
+    /// A failure with a CamelCase `reason` and a `message`.
+    pub fn new(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Failure {
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl NodeRef {
+    /// A link to the node `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        NodeRef { name: name.into() }
+    }
 }
 
 impl Address {
@@ -200,6 +239,7 @@ impl Address {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Access {
     /// The SSH endpoint, when the machine has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -215,6 +255,7 @@ pub struct Access {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SshEndpoint {
     /// Host name or IP address.
     pub host: String,
@@ -233,6 +274,7 @@ fn default_ssh_port() -> u16 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Condition {
     /// What the condition is about, in CamelCase: `InfrastructureReady`, `Reachable`,
     /// `BootstrapComplete`, `LayerApplied/<layer>`.
@@ -253,6 +295,7 @@ pub struct Condition {
 /// Why a machine failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct Failure {
     /// A CamelCase reason: `CreateError`, `BootFailed`, `BootstrapFailed`, `Timeout`.
     pub reason: String,
@@ -264,14 +307,19 @@ pub struct Failure {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct NodeRef {
     /// The node's name.
     pub name: String,
 }
 
 /// A machine as its provider (and, for software phases, the composer) sees it now.
+///
+/// `#[non_exhaustive]`, like the types it holds: fields may be added in minor releases,
+/// so a provider builds one with [`Machine::new`] and sets the public fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct Machine {
     /// The caller's name for the machine.
     pub name: MachineName,

@@ -74,7 +74,10 @@ pub trait DecoupledSoftware: Software {
 }
 
 /// The outcome of checking whether coupled software has finished on a machine.
+///
+/// `#[non_exhaustive]`: outcomes may be added in minor releases.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Completion {
     /// Still running (or not started).
     Pending,

@@ -130,11 +130,7 @@ pub(crate) fn to_machine(inst: &Instance, default_ssh_user: Option<&str>) -> Res
         .or(inst.private_ip_address())
         .filter(|h| !h.is_empty());
     if let (Some(user), Some(host), true) = (user, host, m.phase.is_running()) {
-        m.access.ssh = Some(SshEndpoint {
-            host: host.to_owned(),
-            port: 22,
-            user: user.to_owned(),
-        });
+        m.access.ssh = Some(SshEndpoint::new(host, 22, user));
     }
     Ok(m)
 }

@@ -169,14 +169,8 @@ impl LocalProvider {
                 }
             }
         }
-        m.access = Access {
-            ssh: Some(SshEndpoint {
-                host: ip,
-                port: 22,
-                user: r.ssh_user.clone(),
-            }),
-            host_keys,
-        };
+        m.access = Access::ssh(SshEndpoint::new(ip, 22, r.ssh_user.clone()));
+        m.access.host_keys = host_keys;
         if phase.is_running() {
             m.set_condition(
                 "InfrastructureReady",

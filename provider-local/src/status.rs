@@ -52,10 +52,10 @@ pub(crate) fn observe(
             }
             return Ok((
                 Phase::Failed,
-                Some(Failure {
-                    reason: "BootFailed".into(),
-                    message: format!("cloud-init rejected the user data: {}", rejected.join("; ")),
-                }),
+                Some(Failure::new(
+                    "BootFailed",
+                    format!("cloud-init rejected the user data: {}", rejected.join("; ")),
+                )),
             ));
         }
         let errors: Vec<String> = errors
@@ -67,13 +67,7 @@ pub(crate) fn observe(
         if !warnings.is_empty() {
             message.push_str(&format!(" ({})", warnings.join("; ")));
         }
-        return Ok((
-            Phase::Failed,
-            Some(Failure {
-                reason: "BootFailed".into(),
-                message,
-            }),
-        ));
+        return Ok((Phase::Failed, Some(Failure::new("BootFailed", message))));
     }
     if r.boot.is_none() || engine.is_running(r) {
         return Ok((Phase::Provisioning, None));
@@ -83,13 +77,13 @@ pub(crate) fn observe(
     let tail: Vec<&str> = tail.into_iter().rev().collect();
     Ok((
         Phase::Failed,
-        Some(Failure {
-            reason: "BootFailed".into(),
-            message: format!(
+        Some(Failure::new(
+            "BootFailed",
+            format!(
                 "the machine stopped before cloud-init finished: {}",
                 tail.join(" | ")
             ),
-        }),
+        )),
     ))
 }
 

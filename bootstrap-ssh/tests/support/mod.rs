@@ -329,14 +329,8 @@ impl Sshd {
             ProviderId::new(format!("static:///{name}")).unwrap(),
             Phase::Provisioned,
         );
-        m.access = Access {
-            ssh: Some(SshEndpoint {
-                host: self.host.clone(),
-                port: self.port,
-                user: "root".into(),
-            }),
-            host_keys: vec![self.host_key_pub.clone()],
-        };
+        m.access = Access::ssh(SshEndpoint::new(self.host.clone(), self.port, "root"));
+        m.access.host_keys = vec![self.host_key_pub.clone()];
         m
     }
 }

@@ -109,14 +109,13 @@ impl StaticHostsProvider {
     }
 
     fn endpoint(entry: &HostEntry) -> Access {
-        Access {
-            ssh: Some(SshEndpoint {
-                host: entry.address.clone(),
-                port: entry.port,
-                user: entry.user.clone(),
-            }),
-            host_keys: entry.host_keys.clone(),
-        }
+        let mut access = Access::ssh(SshEndpoint::new(
+            entry.address.clone(),
+            entry.port,
+            entry.user.clone(),
+        ));
+        access.host_keys = entry.host_keys.clone();
+        access
     }
 
     /// The machine a claimed host is.
