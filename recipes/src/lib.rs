@@ -28,6 +28,7 @@ mod layer;
 mod packages;
 mod plan;
 mod recipe;
+mod repositories;
 mod shell;
 mod system;
 mod systemd;
@@ -38,5 +39,8 @@ pub use files::{Directory, File, LineInFile};
 pub use layer::RecipeLayer;
 pub use packages::{APT_GET, APT_KEYRINGS, AptRepository, Package, PackageFamily, Packages};
 pub use recipe::Recipe;
+pub use repositories::{
+    APK_KEYS, APK_REPOSITORIES, ApkRepository, DnfRepository, RPM_KEYS, ZypperRepository,
+};
 pub use system::{Hostname, KernelModules, SwapOff, Sysctl, Timezone};
 pub use systemd::{DropIn, SystemdUnit, UNIT_DIR};
