@@ -198,8 +198,9 @@ impl Account {
             let field = format!("{field}.sudo");
             let path = self.sudoers_path();
             plan.claim_path(&path, &field)?;
+            let shown = format!("layer {}.{field}", plan.layer);
             plan.commands
-                .push(sudo_rule_script(&path, &format!("{} {rule}", self.name), &field));
+                .push(sudo_rule_script(&path, &format!("{} {rule}", self.name), &shown));
         }
         Ok(())
     }

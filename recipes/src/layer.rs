@@ -61,7 +61,10 @@ impl RecipeLayer {
         let name = name.into();
         check_dns_label("layer.name", &name)?;
         let within = format!("layer {name}");
-        let mut plan = Plan::default();
+        let mut plan = Plan {
+            layer: name.clone(),
+            ..Plan::default()
+        };
         for (i, recipe) in recipes.iter().enumerate() {
             let field = format!("recipes[{i}]");
             recipe

@@ -29,6 +29,8 @@ pub(crate) struct PlannedFile {
 /// Everything a layer's recipes ask for, by kind.
 #[derive(Clone, Default)]
 pub(crate) struct Plan {
+    /// The layer's name: messages printed on the machine name fields with it.
+    pub layer: String,
     pub hostname: Option<String>,
     pub timezone: Option<String>,
     pub groups: Vec<String>,
