@@ -199,8 +199,11 @@ impl Account {
             let path = self.sudoers_path();
             plan.claim_path(&path, &field)?;
             let shown = format!("layer {}.{field}", plan.layer);
-            plan.commands
-                .push(sudo_rule_script(&path, &format!("{} {rule}", self.name), &shown));
+            plan.commands.push(sudo_rule_script(
+                &path,
+                &format!("{} {rule}", self.name),
+                &shown,
+            ));
         }
         Ok(())
     }

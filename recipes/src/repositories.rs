@@ -301,7 +301,8 @@ impl ApkRepository {
             ));
         }
         let key = self.key.trim();
-        if !key.starts_with("-----BEGIN PUBLIC KEY-----") || !key.ends_with("-----END PUBLIC KEY-----")
+        if !key.starts_with("-----BEGIN PUBLIC KEY-----")
+            || !key.ends_with("-----END PUBLIC KEY-----")
         {
             return Err(Error::invalid_spec(
                 "key",
@@ -325,7 +326,7 @@ impl ApkRepository {
         plan.apk_urls.push(self.url.clone());
         // A missing final newline would glue the line to the last one.
         plan.add_early_command(&format!(
-            "f={APK_REPOSITORIES}\nl={}\n[ -e \"$f\" ] || : > \"$f\"\nif ! grep -qxF -- \"$l\" \"$f\"; then\n  if [ -s \"$f\" ] && [ -n \"$(tail -c 1 \"$f\")\" ]; then echo >> \"$f\"; fi\n  printf '%s\\n' \"$l\" >> \"$f\"\nfi\n",
+            "f={APK_REPOSITORIES}\nl={}\nmkdir -p /etc/apk\n[ -e \"$f\" ] || : > \"$f\"\nif ! grep -qxF -- \"$l\" \"$f\"; then\n  if [ -s \"$f\" ] && [ -n \"$(tail -c 1 \"$f\")\" ]; then echo >> \"$f\"; fi\n  printf '%s\\n' \"$l\" >> \"$f\"\nfi\n",
             q(&self.url)
         ));
         Ok(())

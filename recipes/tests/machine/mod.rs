@@ -12,8 +12,8 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use machine_core::{
-    DecoupledSoftware, Error, ExecOutput, ExecRequest, FileUpload, Machine, MachineName, Phase, ProviderId, Result,
-    Transport,
+    DecoupledSoftware, Error, ExecOutput, ExecRequest, FileUpload, Machine, MachineName, Phase,
+    ProviderId, Result, Transport,
 };
 pub use peers::root::Root;
 use recipes::RecipeLayer;
@@ -117,10 +117,7 @@ pub async fn apply(layer: &RecipeLayer, root: &Root) -> Result<()> {
         ProviderId::new("chroot://node").unwrap(),
         Phase::Provisioned,
     );
-    layer
-        .decoupled()?
-        .apply(&machine, &Chroot(root))
-        .await
+    layer.decoupled()?.apply(&machine, &Chroot(root)).await
 }
 
 /// `path` on the machine as `mode owner:group\ncontent`, or `absent`.
