@@ -329,3 +329,18 @@ fn debug_shows_the_keys_size_not_the_key() {
         "{shown}"
     );
 }
+
+#[test]
+fn the_zypper_key_import_runs_once_per_instance_coupled_though_bootcmd_runs_every_boot() {
+    let layer = RecipeLayer::new(
+        "repos",
+        vec![ZypperRepository::new("example", "https://rpm.example.invalid/suse/", PGP).into()],
+    )
+    .unwrap();
+    let doc = layer.coupled().unwrap().render().unwrap();
+    let machine = root(doc.as_bytes(), &[("rpm", seeing_stub("rpm"))]);
+    boot(&machine, Some("opensuse"));
+    boot(&machine, Some("opensuse"));
+    let calls = machine.read(CALLS);
+    assert_eq!(calls.matches("rpm --import").count(), 1, "{calls}");
+}
