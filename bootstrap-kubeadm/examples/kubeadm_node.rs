@@ -2,11 +2,12 @@
 //! output, ready to be a machine's user data.
 //!
 //! ```text
-//! cargo run -p bootstrap-kubeadm --example kubeadm_node [apt-key-file]
+//! cargo run -p bootstrap-kubeadm --example kubeadm_node KEY-FILE [dnf]
 //! ```
 //!
-//! With pkgs.k8s.io's apt `Release.key` (ASCII-armored) saved in a file, the node is of
-//! the apt family; without, of the dnf family (whose repository names its key by URL).
+//! KEY-FILE holds pkgs.k8s.io's ASCII-armored signing key: the apt repository's
+//! `Release.key`, or with `dnf` the dnf repository's `repodata/repomd.xml.key` (the
+//! node is then of the dnf family). The layer fetches nothing itself.
 //! The token and CA hash are kubeadm's documentation examples: the printed document
 //! holds the token in clear, as user data must.
 
@@ -23,9 +24,14 @@ fn main() -> anyhow::Result<()> {
     )
     .with_label("pool", "general")
     .with_taint("dedicated", Some("batch"), "NoSchedule");
-    let node = match std::env::args().nth(1) {
-        Some(path) => node.with_apt_key(std::fs::read_to_string(path)?),
-        None => node.with_family(PackageFamily::Dnf),
+    let mut args = std::env::args().skip(1);
+    let Some(path) = args.next() else {
+        anyhow::bail!("usage: kubeadm_node KEY-FILE [dnf]");
+    };
+    let key = std::fs::read_to_string(path)?;
+    let node = match args.next().as_deref() {
+        Some("dnf") => node.with_family(PackageFamily::Dnf).with_rpm_key(key),
+        _ => node.with_apt_key(key),
     };
     let layer = node.layer("kubernetes")?;
     // A provider that names machines before creating them knows the provider ID;

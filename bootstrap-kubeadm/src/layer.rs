@@ -9,7 +9,8 @@ use machine_core::{
     DecoupledSoftware, Error, Machine, ProviderId, Result, Software, Transport, check_dns_label,
 };
 use recipes::{
-    AptRepository, Containerd, Package, PackageFamily, Packages, Recipe, RecipeLayer, SwapOff,
+    AptRepository, Containerd, DnfRepository, Package, PackageFamily, Packages, Recipe,
+    RecipeLayer, SwapOff,
 };
 
 use crate::config::KubeadmConfig;
@@ -23,7 +24,8 @@ pub const KUBEADM_CONFIG: &str = "/etc/kubernetes/machine-kubeadm.yaml";
 /// credentials. The layer runs kubeadm only while it is missing.
 pub const KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
 
-/// Where the dnf family's repository is described.
+/// Where the dnf family's repository is described (a [`DnfRepository`] with id
+/// `kubernetes`).
 pub const YUM_REPO: &str = "/etc/yum.repos.d/kubernetes.repo";
 
 const PACKAGES: [&str; 3] = ["kubelet", "kubeadm", "kubectl"];
@@ -34,9 +36,9 @@ const PACKAGES: [&str; 3] = ["kubelet", "kubeadm", "kubectl"];
 ///
 /// 1. the package repository of the version's minor release at pkgs.k8s.io: for apt,
 ///    an [`AptRepository`] (`/etc/apt/keyrings/kubernetes.asc` and a flat source
-///    `https://pkgs.k8s.io/core:/stable:/v1.31/deb/ /`); for dnf, [`YUM_REPO`] with
-///    `gpgkey` the repository's `repomd.xml.key`. Both are written before any package
-///    is installed;
+///    `https://pkgs.k8s.io/core:/stable:/v1.31/deb/ /`); for dnf, a [`DnfRepository`]
+///    ([`YUM_REPO`] and the key given, `/etc/pki/rpm-gpg/RPM-GPG-KEY-kubernetes`, which
+///    its `gpgkey` names). Both are written before any package is installed;
 /// 2. the recipes: [`Containerd`] (package, `overlay`/`br_netfilter`, bridge sysctls,
 ///    systemd cgroups), [`SwapOff`], and `kubelet`, `kubeadm`, `kubectl` pinned to the
 ///    version (`=1.31.4-1.1` on apt, `-1.31.4` on dnf), installed by the same package
@@ -98,6 +100,20 @@ impl KubeadmLayer {
     fn recipes(node: &KubeadmNode, version: KubeVersion) -> Vec<Recipe> {
         let family = node.family;
         let mut out: Vec<Recipe> = Vec::new();
+        if let (PackageFamily::Dnf, Some(key)) = (family, &node.rpm_key) {
+            out.push(
+                DnfRepository::new(
+                    "kubernetes",
+                    format!(
+                        "https://pkgs.k8s.io/core:/stable:/{}/rpm/",
+                        version.minor_channel()
+                    ),
+                    key.clone(),
+                )
+                .with_name("Kubernetes")
+                .into(),
+            );
+        }
         if let (PackageFamily::Apt, Some(key)) = (family, &node.apt_key) {
             out.push(
                 AptRepository::new(
@@ -172,20 +188,6 @@ impl KubeadmLayer {
         )
     }
 
-    /// The dnf family's repository file.
-    fn yum_repo(&self) -> Option<String> {
-        (self.node.family == PackageFamily::Dnf).then(|| {
-            let base = format!(
-                "https://pkgs.k8s.io/core:/stable:/{}/rpm/",
-                self.version.minor_channel()
-            );
-            format!(
-                "# pkgs.k8s.io, Kubernetes {}\n[kubernetes]\nname=Kubernetes\nbaseurl={base}\nenabled=1\ngpgcheck=1\ngpgkey={base}repodata/repomd.xml.key\n",
-                self.version.minor_channel()
-            )
-        })
-    }
-
     /// Commands after the packages, before kubeadm. `versioned` (the decoupled path)
     /// adds the version in a comment, so that the step record does not skip them
     /// after an upgrade.
@@ -212,9 +214,6 @@ impl KubeadmLayer {
         let config = self.config(provider_id)?.render()?;
         let mut cc = self.recipes.cloud_config();
         let mut early = Vec::new();
-        if let Some(repo) = self.yum_repo() {
-            early.push(WriteFile::new(YUM_REPO, repo).permissions("0644"));
-        }
         // init-stage write_files: before the final stage installs packages and runs
         // runcmd; the config holds the token, so it is secret content, 0600.
         early.push(
@@ -298,9 +297,6 @@ impl KubeadmLayer {
     /// holds the configuration with the token, and [`Step`]'s Debug shows content.
     fn steps(&self, provider_id: &ProviderId) -> Result<Vec<Step>> {
         let mut steps = Vec::new();
-        if let Some(repo) = self.yum_repo() {
-            steps.push(Step::write_file(YUM_REPO, repo));
-        }
         if self.node.family == PackageFamily::Apt {
             // A new version on a node that has the held packages: apt-get refuses to
             // change held packages, so release them first (nothing to release on a

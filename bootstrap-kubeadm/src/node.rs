@@ -83,6 +83,7 @@ pub struct KubeadmNode {
     pub(crate) kubelet_args: Vec<(String, String)>,
     pub(crate) family: PackageFamily,
     pub(crate) apt_key: Option<String>,
+    pub(crate) rpm_key: Option<String>,
     pub(crate) package_revision: Option<String>,
     pub(crate) containerd: Option<Containerd>,
 }
@@ -119,6 +120,7 @@ impl KubeadmNode {
             kubelet_args: Vec::new(),
             family: PackageFamily::Apt,
             apt_key: None,
+            rpm_key: None,
             package_revision: None,
             containerd: None,
         }
@@ -215,6 +217,14 @@ impl KubeadmNode {
         self
     }
 
+    /// The ASCII-armored key pkgs.k8s.io signs the dnf repository with (its
+    /// `repodata/repomd.xml.key`), needed on the dnf family: placed on the machine and
+    /// named by the repository's `gpgkey`, so nothing is fetched to decide what to trust.
+    pub fn with_rpm_key(mut self, key: impl Into<String>) -> Self {
+        self.rpm_key = Some(key.into());
+        self
+    }
+
     /// The apt package revision after the version (`1.1` by default, as pkgs.k8s.io
     /// publishes `1.31.4-1.1`).
     pub fn with_package_revision(mut self, revision: impl Into<String>) -> Self {
@@ -306,7 +316,14 @@ impl KubeadmNode {
                     ));
                 }
             }
-            PackageFamily::Dnf => {}
+            PackageFamily::Dnf => {
+                if self.rpm_key.is_none() {
+                    return Err(Error::invalid_spec(
+                        "kubeadm.rpmKey",
+                        "the dnf family needs pkgs.k8s.io's signing key (with_rpm_key)",
+                    ));
+                }
+            }
             other => {
                 return Err(Error::invalid_spec(
                     "kubeadm.family",

@@ -152,6 +152,7 @@ fn init_has_both_documents_and_control_plane_join_the_certificate_key() {
         SecretString::from(CERT_KEY),
     )
     .with_family(recipes::PackageFamily::Dnf)
+    .with_rpm_key(KEY)
     .without_taints()
     .layer("k8s")
     .unwrap();
@@ -217,6 +218,21 @@ fn bad_input_names_the_field_and_never_shows_a_secret() {
             h.clone()
         )),
         "kubeadm.aptKey"
+    );
+    assert_eq!(
+        field(
+            KubeadmNode::worker("1.31.4", "a:1", SecretString::from(TOKEN), h.clone())
+                .with_family(recipes::PackageFamily::Dnf)
+        ),
+        "kubeadm.rpmKey"
+    );
+    assert_eq!(
+        field(
+            KubeadmNode::worker("1.31.4", "a:1", SecretString::from(TOKEN), h.clone())
+                .with_family(recipes::PackageFamily::Dnf)
+                .with_rpm_key("not a key")
+        ),
+        "kubeadm.layer k8s.recipes[0].key"
     );
     // A control-plane join without a (valid) certificate key.
     let cp = |key: &str| {

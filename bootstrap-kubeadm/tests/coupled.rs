@@ -252,6 +252,7 @@ async fn worker_on_the_rpm_family_installs_with_dnf_from_the_yum_repository() {
         hash(),
     )
     .with_family(PackageFamily::Dnf)
+    .with_rpm_key(KEY)
     .with_label("pool", "rpm")
     .layer("kubernetes")
     .unwrap();
@@ -288,11 +289,10 @@ async fn worker_on_the_rpm_family_installs_with_dnf_from_the_yum_repository() {
         "{repo}"
     );
     assert!(
-        repo.contains(
-            "gpgkey=https://pkgs.k8s.io/core:/stable:/v1.30/rpm/repodata/repomd.xml.key\n"
-        ),
+        repo.contains("gpgcheck=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-kubernetes\n"),
         "{repo}"
     );
+    assert_eq!(root.read("/etc/pki/rpm-gpg/RPM-GPG-KEY-kubernetes"), KEY);
 }
 
 #[tokio::test]

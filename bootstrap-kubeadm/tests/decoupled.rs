@@ -234,6 +234,7 @@ async fn the_rpm_family_over_ssh_writes_the_yum_repository_and_installs_with_dnf
             SecretString::from("0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"),
         )
         .with_family(recipes::PackageFamily::Dnf)
+        .with_rpm_key(KEY)
         .layer("kubernetes")
         .unwrap(),
     );

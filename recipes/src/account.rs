@@ -4,7 +4,7 @@
 use machine_core::{Error, Result};
 
 use crate::check;
-use crate::plan::{Plan, PlannedFile};
+use crate::plan::Plan;
 use crate::shell::q;
 
 /// A group, created when missing.
@@ -41,18 +41,25 @@ pub const SUDO_ALL_NOPASSWD: &str = "ALL=(ALL) NOPASSWD:ALL";
 /// - Coupled: an entry of cloud-init's `users` (which creates missing supplementary
 ///   groups, runs `useradd ... -m`, `passwd -l` and writes `~/.ssh/authorized_keys`);
 ///   decoupled: the same commands over the transport.
-/// - The sudo rule goes to `/etc/sudoers.d/90-recipes-<name>` (mode 0440) on both paths,
-///   not through cloud-init's `sudo` key: cloud-init stamps its version and the date into
-///   its sudoers file, which would make two machines' files differ. The rule is
-///   checked to be one line, not parsed: a rule sudo cannot parse makes sudo refuse to
-///   run for everyone (as with cloud-init's own `sudo` key), so test new rules first.
+/// - The sudo rule goes to `/etc/sudoers.d/90-recipes-<name>` (mode 0440, root) on both
+///   paths, not through cloud-init's `sudo` key: cloud-init stamps its version and the
+///   date into its sudoers file, which would make two machines' files differ, and never
+///   checks the rule. A rule sudo cannot parse would make sudo refuse to run for
+///   everyone, so one command (a `runcmd` entry coupled, a step decoupled, after the
+///   layer's packages, so a `sudo` package of the layer is there) writes the rule next to
+///   its place under a name with a dot (which sudo's `@includedir` skips), has
+///   `visudo -cf` check it there and only then moves it into place. A rule visudo
+///   refuses fails that command with an error naming the field and visudo's message;
+///   the rule in place before, if any, stays as it was. A machine without `visudo`
+///   fails the same command saying so.
 /// - Rerun: an existing account is left as it is (no `usermod`: shell, groups and GECOS
 ///   are set at creation only, as cloud-init does); the password is locked again (a
 ///   no-op); missing keys are appended, keys already there are kept, never removed.
 /// - cloud-init writes several keys in an arbitrary order (it keeps them in a Python
 ///   set); the decoupled path writes them in the given order. The set of keys is the same.
 /// - Refuses: a name or group `useradd` refuses, a relative or spaced shell, a GECOS
-///   with `:` or a line break, a sudo rule on several lines, a key line with options.
+///   with `:` or a line break, a sudo rule on several lines, a key line with options;
+///   on the machine, a sudo rule `visudo` refuses (see above).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
     /// The login name.
@@ -188,15 +195,15 @@ impl Account {
             .collect();
         plan.accounts.push(account);
         if let Some(rule) = &self.sudo {
-            plan.add_file(
-                PlannedFile {
-                    path: self.sudoers_path(),
-                    content: format!("{} {rule}\n", self.name).into_bytes(),
-                    mode: 0o440,
-                    owner: None,
-                },
-                &format!("{field}.sudo"),
-            )?;
+            let field = format!("{field}.sudo");
+            let path = self.sudoers_path();
+            plan.claim_path(&path, &field)?;
+            let shown = format!("layer {}.{field}", plan.layer);
+            plan.commands.push(sudo_rule_script(
+                &path,
+                &format!("{} {rule}", self.name),
+                &shown,
+            ));
         }
         Ok(())
     }
@@ -255,4 +262,25 @@ impl Account {
         }
         s
     }
+}
+
+/// The command installing the sudoers `line` at `path` once `visudo` accepts it; a
+/// refusal fails naming `field`, leaving `path` as it was.
+fn sudo_rule_script(path: &str, line: &str, field: &str) -> String {
+    let (f, field) = (q(path), q(field));
+    // sudo's @includedir skips file names holding a dot: the candidate is inert.
+    let t = q(&format!("{path}.recipes-new"));
+    format!(
+        "command -v visudo >/dev/null || {{ printf '%s: visudo not found: the sudo rule cannot be checked (install sudo first)\\n' {field} >&2; exit 1; }}\n\
+         mkdir -p /etc/sudoers.d\n\
+         printf '%s\\n' {line} > {t}\n\
+         chmod 0440 {t}\n\
+         if ! out=$(visudo -cf {t} 2>&1); then\n\
+         \x20 rm -f {t}\n\
+         \x20 printf '%s: visudo refuses the sudo rule (%s left as it was): %s\\n' {field} {f} \"$out\" >&2\n\
+         \x20 exit 1\n\
+         fi\n\
+         mv -f {t} {f}\n",
+        line = q(line),
+    )
 }

@@ -225,6 +225,30 @@ pub(crate) fn sysctl_key(field: &str, s: &str) -> Result<()> {
     })
 }
 
+/// A repository URL: http(s), no spaces, quotes or shell characters; with `variables`,
+/// `$` is allowed too (dnf and zypper expand `$releasever` and `$basearch` in files).
+pub(crate) fn repository_url(field: &str, s: &str, variables: bool) -> Result<()> {
+    let ok = (s.starts_with("http://") || s.starts_with("https://"))
+        && s.len() > "https://".len()
+        && s.chars().all(|c| {
+            c.is_ascii_alphanumeric() || "-._~/:%+@".contains(c) || (variables && c == '$')
+        });
+    require(ok, field, || {
+        format!("{s:?} is not an http(s) URL without spaces or quotes")
+    })
+}
+
+/// An ASCII-armored OpenPGP public key block.
+pub(crate) fn pgp_public_key(field: &str, s: &str) -> Result<()> {
+    let s = s.trim();
+    require(
+        s.starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+            && s.ends_with("-----END PGP PUBLIC KEY BLOCK-----"),
+        field,
+        || "is not an ASCII-armored OpenPGP public key block".to_owned(),
+    )
+}
+
 /// A value on one line, not empty.
 pub(crate) fn one_line(field: &str, s: &str, what: &str) -> Result<()> {
     if s.trim().is_empty() || s.contains(['\n', '\r', '\0']) {

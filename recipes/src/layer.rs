@@ -14,8 +14,10 @@ use crate::recipe::Recipe;
 /// [`RecipeLayer::decoupled`] a step layer applied over a transport. Both have the same
 /// effect on a machine (the `tests` crate proves it on real machines).
 ///
-/// The order within a layer is cloud-init's, on both paths: host name and time zone,
-/// groups, accounts, packages, files, then the recipes' commands in recipe order.
+/// The order within a layer is cloud-init's, on both paths: repository commands (zypper
+/// key imports, apk repository lines), repository files, host name and time zone,
+/// groups, accounts, packages, files, then the recipes' commands (sudo rules among them)
+/// in recipe order.
 ///
 /// ```
 /// use recipes::{Account, File, Package, Packages, RecipeLayer, SystemdUnit};
@@ -61,7 +63,10 @@ impl RecipeLayer {
         let name = name.into();
         check_dns_label("layer.name", &name)?;
         let within = format!("layer {name}");
-        let mut plan = Plan::default();
+        let mut plan = Plan {
+            layer: name.clone(),
+            ..Plan::default()
+        };
         for (i, recipe) in recipes.iter().enumerate() {
             let field = format!("recipes[{i}]");
             recipe

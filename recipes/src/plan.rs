@@ -1,7 +1,8 @@
 //! The plan of a layer: what its recipes ask for, gathered by kind in the order
 //! cloud-init applies the kinds, and rendered from there to either path.
 //!
-//! Order on both paths (cloud-init's stages): repository files (init-stage
+//! Order on both paths (cloud-init's stages): early commands (init-stage `bootcmd`,
+//! once per instance: repository lines and key imports); repository files (init-stage
 //! `write_files`); host name and time zone; groups, then
 //! accounts; packages (one `apt-get update` and one `install`); files (cloud-init's
 //! deferred `write_files`, in the final stage after packages); then every command
@@ -28,6 +29,8 @@ pub(crate) struct PlannedFile {
 /// Everything a layer's recipes ask for, by kind.
 #[derive(Clone, Default)]
 pub(crate) struct Plan {
+    /// The layer's name: messages printed on the machine name fields with it.
+    pub layer: String,
     pub hostname: Option<String>,
     pub timezone: Option<String>,
     pub groups: Vec<String>,
@@ -39,6 +42,15 @@ pub(crate) struct Plan {
     /// Root-owned files needed before packages are installed (repositories and their
     /// keys): cloud-init's init-stage `write_files` coupled, the first steps decoupled.
     pub early_files: Vec<PlannedFile>,
+    /// Snippets run before packages are installed and before the early files are
+    /// written (so they must not read those): coupled, `bootcmd` entries run once per
+    /// instance through `cloud-init-per`; decoupled, the first steps. Each is `sh -ec`
+    /// wrapped already.
+    pub early_commands: Vec<String>,
+    /// Paths a command of the layer writes (a zypper key): no file may claim them too.
+    pub claimed_paths: Vec<String>,
+    /// The apk repository URLs of the layer, each added once.
+    pub apk_urls: Vec<String>,
     /// Shell snippets, run with `sh -e` on both paths; [`Plan::seal`] wraps them.
     pub commands: Vec<String>,
 }
@@ -58,12 +70,20 @@ impl Plan {
         Ok(())
     }
 
+    /// Claims `path` for a command that writes it.
+    pub fn claim_path(&mut self, path: &str, field: &str) -> Result<()> {
+        self.check_new_path(path, field)?;
+        self.claimed_paths.push(path.to_owned());
+        Ok(())
+    }
+
     fn check_new_path(&self, path: &str, field: &str) -> Result<()> {
         if self
             .files
             .iter()
             .chain(&self.early_files)
             .any(|f| f.path == path)
+            || self.claimed_paths.iter().any(|p| p == path)
         {
             return Err(Error::invalid_spec(
                 field,
@@ -71,6 +91,11 @@ impl Plan {
             ));
         }
         Ok(())
+    }
+
+    /// Adds a snippet run before packages (see [`Plan::early_commands`]).
+    pub fn add_early_command(&mut self, snippet: &str) {
+        self.early_commands.push(run(snippet));
     }
 
     /// Sets a single-valued setting once per layer.
@@ -120,6 +145,19 @@ impl Plan {
                 )
                 .collect();
         }
+        // bootcmd runs on every boot: cloud-init-per makes each entry run once per
+        // instance, as the decoupled step runs once; its marker is named after the
+        // command, so a changed command is a new entry.
+        c.bootcmd = self
+            .early_commands
+            .iter()
+            .map(|s| {
+                Command::Shell(format!(
+                    "cloud-init-per instance recipes-{} {s} || exit 1",
+                    digest(&[s.as_bytes()])
+                ))
+            })
+            .collect();
         let family = self.package_family.unwrap_or(PackageFamily::Apt);
         c.packages = self.packages.iter().map(|p| family.spec(p)).collect();
         c.write_files = self
@@ -157,6 +195,9 @@ impl Plan {
                 + 2 * self.files.len()
                 + self.commands.len(),
         );
+        for c in &self.early_commands {
+            steps.push(Step::run(c.clone()));
+        }
         for f in &self.early_files {
             steps.push(Step::write_file_mode(
                 f.path.clone(),

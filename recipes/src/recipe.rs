@@ -7,6 +7,7 @@ use crate::containerd::Containerd;
 use crate::files::{Directory, File, LineInFile};
 use crate::packages::{AptRepository, Packages};
 use crate::plan::Plan;
+use crate::repositories::{ApkRepository, DnfRepository, ZypperRepository};
 use crate::system::{Hostname, KernelModules, SwapOff, Sysctl, Timezone};
 use crate::systemd::SystemdUnit;
 
@@ -30,6 +31,12 @@ pub enum Recipe {
     Packages(Packages),
     /// An apt repository and its signing key.
     AptRepository(AptRepository),
+    /// A dnf/yum repository and its signing key.
+    DnfRepository(DnfRepository),
+    /// A zypper repository and its signing key.
+    ZypperRepository(ZypperRepository),
+    /// An apk repository and its signing key.
+    ApkRepository(ApkRepository),
     /// A systemd unit and its drop-ins.
     SystemdUnit(SystemdUnit),
     /// The host name.
@@ -58,6 +65,9 @@ impl Recipe {
             Recipe::LineInFile(r) => r.check(),
             Recipe::Packages(r) => r.check(),
             Recipe::AptRepository(r) => r.check(),
+            Recipe::DnfRepository(r) => r.check(),
+            Recipe::ZypperRepository(r) => r.check(),
+            Recipe::ApkRepository(r) => r.check(),
             Recipe::SystemdUnit(r) => r.check(),
             Recipe::Hostname(r) => r.check(),
             Recipe::Timezone(r) => r.check(),
@@ -78,6 +88,9 @@ impl Recipe {
             Recipe::LineInFile(r) => r.plan(plan),
             Recipe::Packages(r) => r.plan(plan, field)?,
             Recipe::AptRepository(r) => r.plan(plan, field)?,
+            Recipe::DnfRepository(r) => r.plan(plan, field)?,
+            Recipe::ZypperRepository(r) => r.plan(plan, field)?,
+            Recipe::ApkRepository(r) => r.plan(plan, field)?,
             Recipe::SystemdUnit(r) => r.plan(plan, field)?,
             Recipe::Hostname(r) => Plan::set_once(
                 &mut plan.hostname,
@@ -118,6 +131,9 @@ from_kind!(
     LineInFile,
     Packages,
     AptRepository,
+    DnfRepository,
+    ZypperRepository,
+    ApkRepository,
     SystemdUnit,
     Hostname,
     Timezone,

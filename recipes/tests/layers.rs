@@ -209,7 +209,6 @@ fn the_coupled_document_passes_the_real_cloud_init_schema() {
     assert_eq!(
         paths,
         [
-            "/etc/sudoers.d/90-recipes-ops",
             "/etc/app/app.conf",
             "/etc/systemd/system/app.service",
             "/etc/systemd/system/app.service.d/limits.conf",
@@ -224,7 +223,7 @@ fn the_coupled_document_passes_the_real_cloud_init_schema() {
         c.write_files.iter().all(|f| f.defer),
         "files land after accounts"
     );
-    let conf = &c.write_files[1];
+    let conf = &c.write_files[0];
     assert_eq!(
         (conf.permissions.as_deref(), conf.owner.as_deref()),
         (Some("0640"), Some("ops:deploy"))

@@ -53,6 +53,8 @@ for f in /etc/sudoers.d/90-recipes-ops /etc/app/app.conf /etc/systemd/system/app
   /etc/apt/keyrings/example.asc /etc/apt/sources.list.d/example.list; do
   stat -c '%n %a %U:%G %F' "$f"; cat "$f"; echo '--'
 done
+echo '## sudoers.d (the rule checked by visudo, no candidate left behind)'
+ls -A /etc/sudoers.d
 echo '## directories'
 stat -c '%n %a %U:%G %F' /srv /srv/app /etc/app /home/ops /home/ops/.ssh
 echo '## authorized keys (cloud-init keeps no order)'

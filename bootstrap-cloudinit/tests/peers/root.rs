@@ -69,6 +69,12 @@ pub struct Root {
 impl Root {
     /// A root whose NoCloud seed holds `user_data` and the meta-data of `instance`.
     pub fn new(user_data: &[u8], instance: &str) -> Self {
+        Root::over(lower(), user_data, instance)
+    }
+
+    /// As [`Root::new`] over another Debian root with cloud-init (such as
+    /// provider-local's, which has sudo too).
+    pub fn over(lower: PathBuf, user_data: &[u8], instance: &str) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         for d in ["upper", "work", "merged"] {
             std::fs::create_dir(tmp.path().join(d)).unwrap();
@@ -93,7 +99,7 @@ impl Root {
         .unwrap();
         Root {
             tmp,
-            lower: lower(),
+            lower,
             net: None,
         }
     }
