@@ -93,7 +93,11 @@ fn playbook(nginx: &str) -> String {
             let _ = writeln!(p, "{lead}{line}");
         }
     };
-    task("ansible.builtin.hostname: {name: \"{{ hn }}\", use: debian}");
+    // The hostname module's Debian strategy needs hostnamectl with a running systemd, and
+    // its file strategy (`use: alpine`) sets the running name from the file before
+    // writing it: the file and `hostname`, as ours does.
+    task("ansible.builtin.copy: {dest: /etc/hostname, content: \"{{ hn }}\\n\", mode: \"0644\"}\nregister: hostname_file");
+    task("ansible.builtin.command: {cmd: \"hostname {{ hn }}\"}\nwhen: hostname_file.changed");
     task("community.general.timezone: {name: Europe/Paris}");
     task("ansible.builtin.group: {name: deploy}");
     task("ansible.builtin.user: {name: ops, groups: [deploy], shell: /bin/bash, create_home: true, password_lock: true}");
@@ -133,16 +137,16 @@ fn playbook(nginx: &str) -> String {
 /// What both sides must leave; compared per machine between the two sides, and checked
 /// for machine-specific values.
 const READ_BACK: &str = r#"set -e
-echo "## account"; getent passwd ops | cut -d: -f1,6,7; id -nG ops
+echo "== account"; getent passwd ops | cut -d: -f1,6,7; id -nG ops
 stat -c '%n %a %U:%G' /home/ops/.ssh/authorized_keys; cat /home/ops/.ssh/authorized_keys
 getent shadow ops | cut -d: -f2 | cut -c1
 stat -c '%n %a %U:%G' /etc/sudoers.d/90-recipes-ops; cat /etc/sudoers.d/90-recipes-ops
-echo "## packages"; dpkg-query -W -f='${db:Status-Abbrev}${Package} ${Version}\n' nginx curl
-echo "## files"; stat -c '%n %a %U:%G %F' /etc/app/app.conf /srv/app; cat /etc/app/app.conf
+echo "== packages"; dpkg-query -W -f='${db:Status-Abbrev}${Package} ${Version}\n' nginx curl
+echo "== files"; stat -c '%n %a %U:%G %F' /etc/app/app.conf /srv/app; cat /etc/app/app.conf
 tail -n 1 /etc/motd
-echo "## unit"; readlink /etc/systemd/system/multi-user.target.wants/app.service
+echo "== unit"; readlink /etc/systemd/system/multi-user.target.wants/app.service
 cat /etc/systemd/system/app.service /etc/systemd/system/app.service.d/limits.conf
-echo "## system"; cat /etc/hostname; hostname; cat /etc/timezone
+echo "== system"; cat /etc/hostname; hostname; cat /etc/timezone
 cmp /etc/localtime /usr/share/zoneinfo/Europe/Paris && echo localtime Europe/Paris
 sysctl -n net.ipv4.ip_forward; grep -c '^net.ipv4.ip_forward *= *1$' /etc/sysctl.d/90-app.conf
 cat /etc/modules-load.d/app.conf
@@ -338,10 +342,11 @@ async fn verify(
             "ops:/home/ops:/bin/bash\nops deploy\n".to_owned(),
             format!("/home/ops/.ssh/authorized_keys 600 ops:ops\n{ADMIN_KEY}\n!\n"),
             "/etc/sudoers.d/90-recipes-ops 440 root:root\nops ALL=(ALL) NOPASSWD:ALL\n".into(),
-            format!("ii nginx {nginx}\nii curl "),
+            "== packages\nii curl ".into(),
+            format!("\nii nginx {nginx}\n"),
             format!("/etc/app/app.conf 640 ops:deploy regular file\n/srv/app 755 ops:root directory\n{}machine {i}\n", app_conf(i)),
             format!("/etc/systemd/system/app.service\n{UNIT}{DROP_IN}"),
-            format!("## system\nweb-{i}\nweb-{i}\nEurope/Paris\nlocaltime Europe/Paris\n1\n1\n{}\n", MODULES.join("\n")),
+            format!("== system\nweb-{i}\nweb-{i}\nEurope/Paris\nlocaltime Europe/Paris\n1\n1\n{}\n", MODULES.join("\n")),
         ] {
             if !sa.contains(&want) {
                 return Err(format!("machine {i}: missing {want:?} in\n{sa}").into());
