@@ -63,7 +63,9 @@ fn layer(i: usize, nginx: &str) -> machine_core::Result<RecipeLayer> {
         vec![
             Hostname::new(format!("web-{i}")).into(),
             Timezone::new("Europe/Paris").into(),
-            Account::admin("ops", [ADMIN_KEY]).with_group("deploy").into(),
+            Account::admin("ops", [ADMIN_KEY])
+                .with_group("deploy")
+                .into(),
             Packages::apt([Package::pinned("nginx", nginx), Package::new("curl")]).into(),
             File::new("/etc/app/app.conf", app_conf(i))
                 .with_mode(0o640)
@@ -96,33 +98,49 @@ fn playbook(nginx: &str) -> String {
     // The hostname module's Debian strategy needs hostnamectl with a running systemd, and
     // its file strategy (`use: alpine`) sets the running name from the file before
     // writing it: the file and `hostname`, as ours does.
-    task("ansible.builtin.copy: {dest: /etc/hostname, content: \"{{ hn }}\\n\", mode: \"0644\"}\nregister: hostname_file");
+    task(
+        "ansible.builtin.copy: {dest: /etc/hostname, content: \"{{ hn }}\\n\", mode: \"0644\"}\nregister: hostname_file",
+    );
     task("ansible.builtin.command: {cmd: \"hostname {{ hn }}\"}\nwhen: hostname_file.changed");
     task("community.general.timezone: {name: Europe/Paris}");
     task("ansible.builtin.group: {name: deploy}");
-    task("ansible.builtin.user: {name: ops, groups: [deploy], shell: /bin/bash, create_home: true, password_lock: true}");
+    task(
+        "ansible.builtin.user: {name: ops, groups: [deploy], shell: /bin/bash, create_home: true, password_lock: true}",
+    );
     task(&format!(
         "ansible.posix.authorized_key: {{user: ops, key: \"{ADMIN_KEY}\"}}"
     ));
-    task("ansible.builtin.copy: {dest: /etc/sudoers.d/90-recipes-ops, content: \"ops ALL=(ALL) NOPASSWD:ALL\\n\", mode: \"0440\"}");
+    task(
+        "ansible.builtin.copy: {dest: /etc/sudoers.d/90-recipes-ops, content: \"ops ALL=(ALL) NOPASSWD:ALL\\n\", mode: \"0440\"}",
+    );
     task(&format!(
         "ansible.builtin.apt: {{name: [\"nginx={nginx}\", curl], state: present}}"
     ));
     task("ansible.builtin.file: {path: /etc/app, state: directory, mode: \"0755\"}");
-    task("ansible.builtin.copy: {dest: /etc/app/app.conf, content: \"port = 8080\\nid = {{ idx }}\\n\", owner: ops, group: deploy, mode: \"0640\"}");
+    task(
+        "ansible.builtin.copy: {dest: /etc/app/app.conf, content: \"port = 8080\\nid = {{ idx }}\\n\", owner: ops, group: deploy, mode: \"0640\"}",
+    );
     task("ansible.builtin.file: {path: /srv/app, state: directory, owner: ops, mode: \"0755\"}");
-    task("ansible.builtin.lineinfile: {path: /etc/motd, line: \"machine {{ idx }}\", create: true}");
+    task(
+        "ansible.builtin.lineinfile: {path: /etc/motd, line: \"machine {{ idx }}\", create: true}",
+    );
     task(&format!(
         "ansible.builtin.copy: {{dest: /etc/systemd/system/app.service, content: {:?}, mode: \"0644\"}}",
         UNIT
     ));
-    task("ansible.builtin.file: {path: /etc/systemd/system/app.service.d, state: directory, mode: \"0755\"}");
+    task(
+        "ansible.builtin.file: {path: /etc/systemd/system/app.service.d, state: directory, mode: \"0755\"}",
+    );
     task(&format!(
         "ansible.builtin.copy: {{dest: /etc/systemd/system/app.service.d/limits.conf, content: {:?}, mode: \"0644\"}}",
         DROP_IN
     ));
-    task("ansible.builtin.systemd_service: {name: app.service, enabled: true, daemon_reload: true}\nenvironment: {SYSTEMD_OFFLINE: \"1\"}");
-    task("ansible.posix.sysctl: {name: net.ipv4.ip_forward, value: \"1\", sysctl_file: /etc/sysctl.d/90-app.conf, reload: true}");
+    task(
+        "ansible.builtin.systemd_service: {name: app.service, enabled: true, daemon_reload: true}\nenvironment: {SYSTEMD_OFFLINE: \"1\"}",
+    );
+    task(
+        "ansible.posix.sysctl: {name: net.ipv4.ip_forward, value: \"1\", sysctl_file: /etc/sysctl.d/90-app.conf, reload: true}",
+    );
     task(&format!(
         "ansible.builtin.copy: {{dest: /etc/modules-load.d/app.conf, content: \"{}\\n\", mode: \"0644\"}}",
         MODULES.join("\\n")
@@ -182,8 +200,7 @@ fn cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".cache")
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
         })
         .join("machine-provisioning")
 }
@@ -217,7 +234,11 @@ async fn boot(composer: &Composer, prefix: &str, n: usize, ssh: &SshAccess) -> R
         .provision_fleet(&specs, concurrency, &CancellationToken::new())
         .await?
     {
-        machines.push(r.outcome.map_err(|e| format!("booting {}: {e}", r.name))?.machine);
+        machines.push(
+            r.outcome
+                .map_err(|e| format!("booting {}: {e}", r.name))?
+                .machine,
+        );
     }
     Ok(machines)
 }
@@ -321,12 +342,11 @@ async fn verify(
     theirs: &[Machine],
     nginx: &str,
 ) -> Res<()> {
-    let connector =
-        SshConnector::new(SshConfig::new(vec![Auth::key_file(key, None)?]).with_host_keys(
-            HostKeyPolicy::Verify {
-                known_hosts: Some(kh.to_owned()),
-            },
-        ));
+    let connector = SshConnector::new(
+        SshConfig::new(vec![Auth::key_file(key, None)?]).with_host_keys(HostKeyPolicy::Verify {
+            known_hosts: Some(kh.to_owned()),
+        }),
+    );
     for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
         let (sa, sb) = (
             read_back(&connector, a).await?,
@@ -344,9 +364,15 @@ async fn verify(
             "/etc/sudoers.d/90-recipes-ops 440 root:root\nops ALL=(ALL) NOPASSWD:ALL\n".into(),
             "== packages\nii curl ".into(),
             format!("\nii nginx {nginx}\n"),
-            format!("/etc/app/app.conf 640 ops:deploy regular file\n/srv/app 755 ops:root directory\n{}machine {i}\n", app_conf(i)),
+            format!(
+                "/etc/app/app.conf 640 ops:deploy regular file\n/srv/app 755 ops:root directory\n{}machine {i}\n",
+                app_conf(i)
+            ),
             format!("/etc/systemd/system/app.service\n{UNIT}{DROP_IN}"),
-            format!("== system\nweb-{i}\nweb-{i}\nEurope/Paris\nlocaltime Europe/Paris\n1\n1\n{}\n", MODULES.join("\n")),
+            format!(
+                "== system\nweb-{i}\nweb-{i}\nEurope/Paris\nlocaltime Europe/Paris\n1\n1\n{}\n",
+                MODULES.join("\n")
+            ),
         ] {
             if !sa.contains(&want) {
                 return Err(format!("machine {i}: missing {want:?} in\n{sa}").into());
@@ -359,11 +385,17 @@ async fn verify(
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Res<()> {
     let mut hosts = 50;
+    let mut ansible_first = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--hosts" => hosts = args.next().ok_or("--hosts N")?.parse()?,
-            other => return Err(format!("unknown argument {other} (--hosts N)").into()),
+            "--ansible-first" => ansible_first = true,
+            other => {
+                return Err(
+                    format!("unknown argument {other} (--hosts N, --ansible-first)").into(),
+                );
+            }
         }
     }
     let ansible = ansible_bin();
@@ -393,7 +425,10 @@ async fn main() -> Res<()> {
         .into());
     }
     let nginx = Command::new("dpkg-query")
-        .arg(format!("--admindir={}", root.join("var/lib/dpkg").display()))
+        .arg(format!(
+            "--admindir={}",
+            root.join("var/lib/dpkg").display()
+        ))
         .args(["-W", "-f=${Version}", "nginx"])
         .output()?;
     let nginx = String::from_utf8(nginx.stdout)?;
@@ -453,13 +488,24 @@ async fn main() -> Res<()> {
     write_ansible(&adir, &key, &akh, &theirs, &nginx)?;
 
     let load = std::fs::read_to_string("/proc/loadavg")?;
+    // One side after the other (the order is a flag), each timed alone.
+    let ansible_side = || -> Res<(f64, f64, String)> {
+        let (c0, w0) = (cpu(true), Instant::now());
+        let recap = apply_ansible(&adir)?;
+        Ok((w0.elapsed().as_secs_f64(), cpu(true) - c0, recap))
+    };
+    let mut ansible_run = None;
+    if ansible_first {
+        ansible_run = Some(ansible_side()?);
+    }
     let (c0, w0) = (cpu(false), Instant::now());
     let steps = apply_ours(&key, &kh, &ours, &nginx).await?;
     let (ours_wall, ours_cpu) = (w0.elapsed().as_secs_f64(), cpu(false) - c0);
-
-    let (c0, w0) = (cpu(true), Instant::now());
-    let recap = apply_ansible(&adir)?;
-    let (ans_wall, ans_cpu) = (w0.elapsed().as_secs_f64(), cpu(true) - c0);
+    let (ans_wall, ans_cpu, recap) = match ansible_run {
+        Some(run) => run,
+        None => ansible_side()?,
+    };
+    let load_after = std::fs::read_to_string("/proc/loadavg")?;
 
     verify(&key, &kh, &ours, &theirs, &nginx).await?;
     let version = Command::new(&ansible)
@@ -475,8 +521,17 @@ async fn main() -> Res<()> {
         .unwrap_or_else(|_| "?".into());
     let tasks = recap.matches("\nTASK [").count();
     println!(
-        "recipes vs Ansible: a 10-recipe layer ({steps} steps; Ansible: {tasks} tasks) on {hosts} + {hosts} fresh provider-local machines (booted in {boot_secs:.1} s, not timed); load before the apply: {}",
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        "recipes vs Ansible: a 10-recipe layer ({steps} steps; Ansible: {tasks} tasks) on {hosts} + {hosts} fresh provider-local machines (booted in {boot_secs:.1} s, not timed); {} first; load average before the applies {}, after {}",
+        if ansible_first { "Ansible" } else { "ours" },
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+        load_after
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     println!("peer: {version}, forks=50, pipelining, gather_facts false");
     println!("{:<34} {:>9} {:>15}", "side", "wall (s)", "client CPU (s)");
