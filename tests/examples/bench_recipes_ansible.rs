@@ -170,17 +170,6 @@ sysctl -n net.ipv4.ip_forward; grep -c '^net.ipv4.ip_forward *= *1$' /etc/sysctl
 cat /etc/modules-load.d/app.conf
 "#;
 
-/// Tears the run's machines, bridge and run directory down, also on error or panic.
-struct Teardown(Arc<LocalProvider>);
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        if let Err(e) = self.0.teardown() {
-            eprintln!("teardown failed: {e}");
-        }
-    }
-}
-
 /// User + system CPU seconds of this process, or of its waited children.
 fn cpu(children: bool) -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -436,14 +425,15 @@ async fn main() -> Res<()> {
         return Err(format!("no nginx in {}", root.display()).into());
     }
 
-    let tag = format!("{:04x}", std::process::id() & 0xffff);
+    // The lab (a bridge and subnet of its own) tears every machine down when dropped,
+    // also on error or panic; a lab left by a killed run is swept by the next one.
+    let lab = tests::Lab::new();
     let mut config = LocalConfig::new("bench")
-        .with_bridge(format!("mpr{tag}"))
-        .with_subnet(format!("10.215.{}.0/24", std::process::id() % 200))
-        .with_run_dir(format!("/run/machine-provisioning/bench-recipes-{tag}"));
+        .with_bridge(&lab.bridge)
+        .with_subnet(&lab.subnet)
+        .with_run_dir(&lab.run_dir);
     config.root = root;
     let provider = Arc::new(LocalProvider::new(config)?);
-    let _teardown = Teardown(provider.clone());
 
     let tmp = tempfile::tempdir()?;
     let key = tmp.path().join("id");
