@@ -4,7 +4,8 @@
 # (ssh-keygen for host and user keys, ssh for the benchmark), iproute2 (ip netns) and
 # sudo (the tests run commands through `sudo -n`).
 # With WITH_BENCH_PEERS=1 it also installs ansible-core into a venv under
-# ${XDG_CACHE_HOME:-$HOME/.cache}/machine-provisioning/ansible, for the bench_ssh example.
+# ${XDG_CACHE_HOME:-$HOME/.cache}/machine-provisioning/ansible, for the bench_ssh example,
+# and the ansible package (its collections) for bench_recipes_ansible.
 # Idempotent: quick when everything is already there.
 set -euo pipefail
 
@@ -30,6 +31,11 @@ if [ "${WITH_BENCH_PEERS:-0}" = 1 ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q ansible-core
   fi
-  "$venv/bin/ansible-playbook" --version | head -1
+  # bench_recipes_ansible also needs the community.general and ansible.posix collections
+  # (timezone, sysctl, authorized_key): the `ansible` package of the version measured with.
+  if [ ! -d "$("$venv/bin/python3" -c 'import ansible, os; print(os.path.dirname(os.path.dirname(ansible.__file__)))')/ansible_collections/community/general" ]; then
+    "$venv/bin/pip" install -q 'ansible==12.3.0'
+  fi
+  "$venv/bin/ansible-playbook" --version | sed -n 1p
 fi
 echo "openssh peers ready: $(/usr/sbin/sshd -V 2>&1 | head -1)"
