@@ -31,10 +31,7 @@ pub(crate) fn digest(parts: &[&[u8]]) -> String {
         h.update((p.len() as u64).to_le_bytes());
         h.update(p);
     }
-    h.finalize()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&h.finalize()[..8])
 }
 
 #[cfg(test)]
