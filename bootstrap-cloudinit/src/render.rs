@@ -24,10 +24,10 @@ pub fn render(config: &CloudConfig) -> Result<String> {
 pub(crate) fn render_unchecked(config: &CloudConfig) -> Result<String> {
     let mut out = String::with_capacity(4096);
     out.push_str(HEADER);
-    let body = serde_saphyr::to_string(config)
-        .map_err(|e| Error::invalid_spec("cloud-config", format!("cannot render YAML: {e}")))?;
+    // Written straight after the header: no second buffer grown and copied over.
     // An empty document is written `{}`: cloud-init requires a mapping.
-    out.push_str(&body);
+    serde_saphyr::to_fmt_writer(&mut out, config)
+        .map_err(|e| Error::invalid_spec("cloud-config", format!("cannot render YAML: {e}")))?;
     Ok(out)
 }
 

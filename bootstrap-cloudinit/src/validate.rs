@@ -81,22 +81,26 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
     }
     for (i, entry) in config.users.iter().enumerate() {
         let UserEntry::User(u) = entry else { continue };
-        let field = format!("users[{i}]");
-        account_name(&format!("{field}.name"), &u.name)?;
+        // Field names are formatted only on error (see `named`).
+        let field = || format!("users[{i}]");
+        named(|| format!("{}.name", field()), |f| account_name(f, &u.name))?;
         if !created.insert(u.name.as_str()) {
             return Err(Error::invalid_spec(
-                format!("{field}.name"),
+                format!("{}.name", field()),
                 format!("user {:?} is listed twice", u.name),
             ));
         }
         for (g, group) in u.groups.iter().enumerate() {
-            account_name(&format!("{field}.groups[{g}]"), group)?;
+            named(
+                || format!("{}.groups[{g}]", field()),
+                |f| account_name(f, group),
+            )?;
         }
         if let Some(shell) = &u.shell
             && (!shell.starts_with('/') || shell.chars().any(char::is_whitespace))
         {
             return Err(Error::invalid_spec(
-                format!("{field}.shell"),
+                format!("{}.shell", field()),
                 format!("{shell:?} is not an absolute path"),
             ));
         }
@@ -104,30 +108,36 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
             && (sudo.trim().is_empty() || sudo.contains(['\n', '\r', '\0']))
         {
             return Err(Error::invalid_spec(
-                format!("{field}.sudo"),
+                format!("{}.sudo", field()),
                 "must be one sudoers rule such as \"ALL=(ALL) NOPASSWD:ALL\"",
             ));
         }
         for (k, key) in u.ssh_authorized_keys.iter().enumerate() {
-            public_key(&format!("{field}.ssh_authorized_keys[{k}]"), key, None)?;
+            named(
+                || format!("{}.ssh_authorized_keys[{k}]", field()),
+                |f| public_key(f, key, None),
+            )?;
         }
     }
     for (i, f) in config.write_files.iter().enumerate() {
-        let field = format!("write_files[{i}]");
-        check_path(&format!("{field}.path"), &f.path)?;
+        let field = || format!("write_files[{i}]");
+        named(|| format!("{}.path", field()), |n| check_path(n, &f.path))?;
         if let Some(p) = &f.permissions {
-            check_permissions(&format!("{field}.permissions"), p)?;
+            named(
+                || format!("{}.permissions", field()),
+                |n| check_permissions(n, p),
+            )?;
         }
         if let Some(owner) = &f.owner {
             let (user, group) = owner.split_once(':').unwrap_or((owner, ""));
-            account_name(&format!("{field}.owner"), user)?;
+            named(|| format!("{}.owner", field()), |n| account_name(n, user))?;
             if owner.contains(':') {
-                account_name(&format!("{field}.owner"), group)?;
+                named(|| format!("{}.owner", field()), |n| account_name(n, group))?;
                 let existing =
                     SYSTEM_GROUPS.contains(&group) || extra_system_users.iter().any(|u| u == group);
                 if created_groups.contains(group) && !existing && !f.defer {
                     return Err(Error::invalid_spec(
-                        format!("{field}.defer"),
+                        format!("{}.defer", field()),
                         format!(
                             "owner group {group:?} is created by this document after write_files runs; set defer: true"
                         ),
@@ -139,7 +149,7 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
             if !system {
                 if !created.contains(user) {
                     return Err(Error::invalid_spec(
-                        format!("{field}.owner"),
+                        format!("{}.owner", field()),
                         format!(
                             "user {user:?} is neither created in users nor a system account; cloud-init's chown would fail"
                         ),
@@ -147,7 +157,7 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
                 }
                 if !f.defer {
                     return Err(Error::invalid_spec(
-                        format!("{field}.defer"),
+                        format!("{}.defer", field()),
                         format!(
                             "owner {user:?} is created by this document after write_files runs; set defer: true"
                         ),
@@ -305,6 +315,16 @@ fn check_fqdn(field: &str, s: &str) -> Result<()> {
             .map_err(|_| Error::invalid_spec(field, format!("{s:?} is not a domain name")))?;
     }
     Ok(())
+}
+
+/// Runs `check` with an empty field name and, only when it fails, again with the
+/// real one from `field`: the checks of a valid document (every layer of every machine)
+/// then format no field names.
+fn named(field: impl FnOnce() -> String, check: impl Fn(&str) -> Result<()>) -> Result<()> {
+    match check("") {
+        Ok(()) => Ok(()),
+        Err(_) => check(&field()),
+    }
 }
 
 /// An account or group name as `useradd`/`groupadd` accept it by default on Debian

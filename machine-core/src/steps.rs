@@ -97,23 +97,25 @@ impl StepLayer {
         let name = name.into();
         check_dns_label("layer.name", &name)?;
         for (i, step) in steps.iter().enumerate() {
-            let field = format!("layer.steps[{i}]");
+            // The field is named only on error: a layer of many steps is checked for
+            // every machine, and formatting each name up front was a cost of its own.
+            let within = |e: Error| e.within(&format!("layer.steps[{i}]"));
             match step {
                 Step::WriteFile { path, mode, .. } => {
-                    check_path(&format!("{field}.path"), path)?;
+                    check_path("path", path).map_err(within)?;
                     if *mode > 0o7777 {
-                        return Err(Error::invalid_spec(
-                            format!("{field}.mode"),
+                        return Err(within(Error::invalid_spec(
+                            "mode",
                             format!("{mode:#o} is not a permission mode (at most 0o7777)"),
-                        ));
+                        )));
                     }
                 }
                 Step::Run { command } => {
                     if command.trim().is_empty() || command.contains('\0') {
-                        return Err(Error::invalid_spec(
-                            format!("{field}.command"),
+                        return Err(within(Error::invalid_spec(
+                            "command",
                             "is empty or holds a NUL byte",
-                        ));
+                        )));
                     }
                 }
             }

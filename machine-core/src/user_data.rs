@@ -441,8 +441,10 @@ pub(crate) fn short_hash(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes)[..6])
 }
 
+/// `bytes` in lower-case hex. Step hashes go through here for every step of every layer:
+/// one `format!` a byte made it a tenth of the time of planning a recipe layer.
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    ::hex::encode(bytes)
 }
 
 #[cfg(test)]

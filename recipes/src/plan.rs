@@ -14,7 +14,7 @@ use machine_core::{Error, Result};
 
 use crate::account::Account;
 use crate::packages::{Package, PackageFamily, install_script};
-use crate::shell::{digest, q};
+use crate::shell::{digest, push_quoted, q};
 use crate::system::{Hostname, Timezone};
 
 /// A file some recipe writes.
@@ -182,7 +182,12 @@ impl Plan {
         c.runcmd = self
             .commands
             .iter()
-            .map(|s| Command::Shell(format!("{s} || exit 1")))
+            .map(|s| {
+                let mut line = String::with_capacity(s.len() + 10);
+                line.push_str(s);
+                line.push_str(" || exit 1");
+                Command::Shell(line)
+            })
             .collect();
         c
     }
@@ -250,5 +255,8 @@ impl Plan {
 
 /// `snippet` as one command line run by `sh -e`.
 fn run(snippet: &str) -> String {
-    format!("sh -ec {}", q(snippet))
+    let mut line = String::with_capacity(snippet.len() + 16);
+    line.push_str("sh -ec ");
+    push_quoted(&mut line, snippet);
+    line
 }
