@@ -602,6 +602,8 @@ impl MachineProvisioner for AwsProvider {
                         if let Some(iid) = inst.instance_id() {
                             self.remember_created(iid);
                         }
+                        // Its delete then needs no check by id: it is ours, by this name.
+                        self.remember_names(std::slice::from_ref(&inst), &spec.name);
                         tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
                         return self.settle(spec, inst, listed_at, &token).await;
                     }
@@ -731,6 +733,16 @@ impl MachineProvisioner for AwsProvider {
         let inst = match listed {
             // The name lookup shows it with the owner's tags: no check by id needed.
             Some(inst) => inst,
+            // This provider launched it moments ago, with the owner's tags and this name,
+            // after the lookup it has: terminating it (a no-op if it is gone already) is
+            // all there is to do. Nothing else of the name was live then, or the create
+            // would have adopted it; a teardown looks the name up afresh when done.
+            None if known.is_some() && self.created_lately(iid) => {
+                return match self.ec2.terminate(iid).await {
+                    Err(e) if e.kind() == ErrorKind::NotFound => self.gone(iid, Some(e)),
+                    other => other,
+                };
+            }
             None => match self.lookup(id).await? {
                 Lookup::Owned(inst) => *inst,
                 Lookup::Missing(e) => return self.gone(iid, e),

@@ -31,7 +31,7 @@ pub(crate) const NAMES_PER_LISTING: usize = 200;
 
 /// How many names a listing waits for (at most the gap): at least ten names a listing
 /// keeps tag-filtered lookups under 0.1 per machine.
-pub(crate) const BATCH: usize = 16;
+pub(crate) const BATCH: usize = 12;
 
 /// How much longer the view waits between listings for each operation in flight.
 pub(crate) const GAP_PER_OPERATION: Duration = Duration::from_millis(100);
