@@ -124,13 +124,11 @@ async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Fig
         // so no launch can race another, and the provider takes the path it takes on
         // EC2 (no settlement unless a launch ends near a token epoch's end).
         // `--tokens-ignored` measures the path for moto (every create settles).
-        .client_tokens(
-            if std::env::args().any(|a| a == "--tokens-ignored") {
-                ClientTokens::Ignored
-            } else {
-                ClientTokens::Honoured
-            },
-        )
+        .client_tokens(if std::env::args().any(|a| a == "--tokens-ignored") {
+            ClientTokens::Ignored
+        } else {
+            ClientTokens::Honoured
+        })
         .build()?;
     let p = Arc::new(AwsProvider::new(config).await?);
     let data = Arc::new(UserData::new(

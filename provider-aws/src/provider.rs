@@ -272,11 +272,7 @@ impl AwsProvider {
             };
             key(a).cmp(&key(b))
         });
-        Ok(Named {
-            all,
-            live,
-            started,
-        })
+        Ok(Named { all, live, started })
     }
 
     /// After a launch, makes sure one machine carries the name, as cheaply as the

@@ -65,8 +65,7 @@ pub(crate) const CLOCK_SKEW: Duration = Duration::from_secs(1);
 /// A create acknowledged later than this before the end of its token's epoch settles
 /// races: more than [`VISIBILITY_LAG`] plus twice [`CLOCK_SKEW`] (see the module docs).
 pub(crate) const LATE_MARGIN: Duration = Duration::from_secs(10);
-const _: () =
-    assert!(LATE_MARGIN.as_secs() > VISIBILITY_LAG.as_secs() + 2 * CLOCK_SKEW.as_secs());
+const _: () = assert!(LATE_MARGIN.as_secs() > VISIBILITY_LAG.as_secs() + 2 * CLOCK_SKEW.as_secs());
 
 /// The longest after a listing's answer that a create sends RunInstances on its
 /// strength; an older answer is refreshed first. It bounds how late after its listing a rival's
@@ -215,8 +214,12 @@ mod tests {
             theirs,
             "0123abcd-g0".to_owned(),
         ];
-        let chosen =
-            ClientToken::choose("ci", "web-1", seen.iter().map(String::as_str), 1_800_000_000);
+        let chosen = ClientToken::choose(
+            "ci",
+            "web-1",
+            seen.iter().map(String::as_str),
+            1_800_000_000,
+        );
         assert_eq!(chosen, t.next().next().next());
         assert_eq!(ClientToken::epoch_of("ci", "web-1", &s), Some(t.epoch()));
         assert_eq!(ClientToken::epoch_of("ci", "web-2", &s), None);

@@ -165,11 +165,19 @@ async fn the_console_is_read_only_by_get_of_a_running_machine() {
         assert!(polls < 50, "never ran");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert_eq!(proxy.seen("GetConsoleOutput"), 1, "get of a running machine");
+    assert_eq!(
+        proxy.seen("GetConsoleOutput"),
+        1,
+        "get of a running machine"
+    );
     p.get(&m.provider_id).await.unwrap();
     assert_eq!(proxy.seen("GetConsoleOutput"), 1, "read again within 15 s");
     p.delete(&m.provider_id).await.unwrap();
     let gone = p.get(&m.provider_id).await.unwrap();
     assert!(matches!(gone.phase, Phase::Deleting | Phase::Deleted));
-    assert_eq!(proxy.seen("GetConsoleOutput"), 1, "read for a machine being deleted");
+    assert_eq!(
+        proxy.seen("GetConsoleOutput"),
+        1,
+        "read for a machine being deleted"
+    );
 }

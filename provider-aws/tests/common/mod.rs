@@ -56,9 +56,13 @@ pub async fn provider(endpoint: &str, owner: &str) -> AwsProvider {
 /// A provider for moto behind [`proxy::FaultProxy`] at `endpoint` (see
 /// [`config_via_proxy`]).
 pub async fn provider_via_proxy(endpoint: &str, owner: &str) -> AwsProvider {
-    AwsProvider::new(config_via_proxy(endpoint, owner).build().expect("test config"))
-        .await
-        .expect("provider")
+    AwsProvider::new(
+        config_via_proxy(endpoint, owner)
+            .build()
+            .expect("test config"),
+    )
+    .await
+    .expect("provider")
 }
 
 /// Waits, when the next token epoch (ten minutes of Unix time) begins within 40 s, until
