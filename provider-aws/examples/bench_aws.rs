@@ -17,6 +17,8 @@
 //! cargo build -p provider-aws --example bench_aws && target/debug/examples/bench_aws --count 200 --concurrency 32
 //! # the same with the provider on a multi-thread runtime
 //! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32 --multi-thread
+//! # the provider settling every create, as it must on moto with concurrent creators
+//! cargo build -p provider-aws --example bench_aws && target/debug/examples/bench_aws --count 200 --concurrency 32 --tokens-ignored
 //! # boto3 first, then the provider (each side has its own moto; this checks the order)
 //! cargo run --release -p provider-aws --example bench_aws -- --count 500 --concurrency 32 --boto3-first
 //! ```
@@ -37,7 +39,7 @@ use machine_core::{
     MachineName, MachineProvisioner, MachineSpec, Phase, SecretString, UserData, UserDataFormat,
 };
 use measure::{arg, cpu_seconds, process_cpu_seconds};
-use provider_aws::{AwsConfig, AwsProvider};
+use provider_aws::{AwsConfig, AwsProvider, ClientTokens};
 
 /// The tests' moto launcher: moto picks its own port, its log is drained.
 #[path = "../tests/common/moto.rs"]
@@ -118,6 +120,15 @@ async fn bench_rust(moto: &Moto, count: usize, concurrency: usize) -> Result<Fig
         .image("ami-760aaa0f")
         // Host keys are not asked for (the other sides read no consoles either).
         .host_key_discovery(false)
+        // EC2 honours client tokens and moto does not; each name here has one creator,
+        // so no launch can race another, and the provider takes the path it takes on
+        // EC2 (no settlement unless a launch ends near a token epoch's end).
+        // `--tokens-ignored` measures the path for moto (every create settles).
+        .client_tokens(if std::env::args().any(|a| a == "--tokens-ignored") {
+            ClientTokens::Ignored
+        } else {
+            ClientTokens::Honoured
+        })
         .build()?;
     let p = Arc::new(AwsProvider::new(config).await?);
     let data = Arc::new(UserData::new(

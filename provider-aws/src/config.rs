@@ -70,6 +70,25 @@ pub struct AwsConfig {
     pub(crate) attempt_timeout: Duration,
     pub(crate) consistency_window: Duration,
     pub(crate) host_key_discovery: bool,
+    pub(crate) client_tokens: ClientTokens,
+}
+
+/// Whether the endpoint honours RunInstances' `ClientToken` (launches once per token).
+///
+/// With [`ClientTokens::Honoured`] two creators of one name in the same token epoch
+/// share one instance through EC2 itself, so most creates skip the race settlement (a
+/// wait and a name lookup after the launch; see `token.rs`). An endpoint that ignores
+/// tokens (moto) launches once per request: every create must settle, so say
+/// [`ClientTokens::Ignored`] for it, or concurrent creators of one name may each keep
+/// an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ClientTokens {
+    /// EC2's documented behaviour: one launch per token, kept at least 24 hours.
+    #[default]
+    Honoured,
+    /// Every RunInstances launches (moto, some simulators).
+    Ignored,
 }
 
 /// The instance type used when neither the spec's `size` nor the config names one.
@@ -127,6 +146,7 @@ impl AwsConfig {
     /// attemptTimeout: 30s
     /// consistencyWindow: 1m
     /// hostKeyDiscovery: true
+    /// clientTokens: honoured                # `ignored` for moto: see ClientTokens
     /// credentials:                          # leave out for the standard chain
     ///   accessKeyId: AKIDEXAMPLE
     ///   secretAccessKey: wJalrXUtnFEMI      # kept as a SecretString
@@ -226,6 +246,11 @@ impl AwsConfig {
     pub fn host_key_discovery(&self) -> bool {
         self.host_key_discovery
     }
+
+    /// Whether the endpoint honours client tokens.
+    pub fn client_tokens(&self) -> ClientTokens {
+        self.client_tokens
+    }
 }
 
 fn is_secret_field(field: &str) -> bool {
@@ -269,6 +294,7 @@ struct AwsConfigFile {
     #[serde(default, with = "humantime_serde")]
     consistency_window: Option<Duration>,
     host_key_discovery: Option<bool>,
+    client_tokens: Option<ClientTokens>,
     credentials: Option<StaticCredentials>,
 }
 
@@ -313,6 +339,7 @@ impl AwsConfigFile {
         set(&mut b.attempt_timeout, self.attempt_timeout);
         set(&mut b.consistency_window, self.consistency_window);
         set(&mut b.host_key_discovery, self.host_key_discovery);
+        set(&mut b.client_tokens, self.client_tokens);
         if let Some(c) = self.credentials {
             b.credentials = CredentialSource::Static {
                 access_key_id: c.access_key_id,
@@ -340,6 +367,7 @@ pub struct AwsConfigBuilder {
     attempt_timeout: Duration,
     consistency_window: Duration,
     host_key_discovery: bool,
+    client_tokens: ClientTokens,
 }
 
 impl Default for AwsConfigBuilder {
@@ -357,6 +385,7 @@ impl Default for AwsConfigBuilder {
             attempt_timeout: Duration::from_secs(30),
             consistency_window: Duration::from_secs(60),
             host_key_discovery: true,
+            client_tokens: ClientTokens::Honoured,
         }
     }
 }
@@ -487,6 +516,15 @@ impl AwsConfigBuilder {
         self
     }
 
+    /// Whether the endpoint honours RunInstances' `ClientToken` (YAML `clientTokens:
+    /// honoured | ignored`). Default [`ClientTokens::Honoured`], as EC2 does; set
+    /// [`ClientTokens::Ignored`] for moto and other endpoints that launch on every
+    /// request, so that every create settles races itself.
+    pub fn client_tokens(mut self, tokens: ClientTokens) -> Self {
+        self.client_tokens = tokens;
+        self
+    }
+
     /// Checks every field and builds the config. Errors are invalid-spec errors naming
     /// the field: `region`, `endpointUrl`, `owner`, `image`, `instanceType`,
     /// `credentials.accessKeyId`, `sdkMaxAttempts`, a timeout, or a default setting
@@ -549,6 +587,7 @@ impl AwsConfigBuilder {
             attempt_timeout: self.attempt_timeout,
             consistency_window: self.consistency_window,
             host_key_discovery: self.host_key_discovery,
+            client_tokens: self.client_tokens,
         })
     }
 }
@@ -705,6 +744,7 @@ connectTimeout: 2s
 attemptTimeout: 1m 30s
 consistencyWindow: 500ms
 hostKeyDiscovery: false
+clientTokens: ignored
 credentials:
   accessKeyId: AKIDEXAMPLE
   secretAccessKey: wJalrXUtnFEMI
@@ -724,6 +764,7 @@ credentials:
         assert_eq!(c.attempt_timeout(), Duration::from_secs(90));
         assert_eq!(c.consistency_window(), Duration::from_millis(500));
         assert!(!c.host_key_discovery());
+        assert_eq!(c.client_tokens(), ClientTokens::Ignored);
         let d = c.defaults();
         assert_eq!(d.subnet_id.as_deref(), Some("subnet-0a1b2c3d4e5f60718"));
         assert_eq!(
@@ -781,6 +822,7 @@ credentials:
         assert_eq!(c.attempt_timeout(), d.attempt_timeout());
         assert_eq!(c.consistency_window(), d.consistency_window());
         assert_eq!(c.host_key_discovery(), d.host_key_discovery());
+        assert_eq!(c.client_tokens(), ClientTokens::Honoured);
         // A region given in code wins over the document's.
         let c = AwsConfig::from_yaml("region: us-east-2\n")
             .unwrap()
@@ -840,6 +882,7 @@ credentials:
             ),
             ("sdkMaxAttempts: many\n", "sdkMaxAttempts", 1),
             ("hostKeyDiscovery: sometimes\n", "hostKeyDiscovery", 1),
+            ("clientTokens: maybe\n", "clientTokens", 1),
             (
                 "defaults:\n  rootVolume: {sizeGiB: big}\n",
                 "defaults.rootVolume.sizeGiB",

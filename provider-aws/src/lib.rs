@@ -113,6 +113,8 @@ mod redact;
 mod token;
 mod view;
 
-pub use config::{AwsConfig, AwsConfigBuilder, CredentialSource, DEFAULT_INSTANCE_TYPE};
+pub use config::{
+    AwsConfig, AwsConfigBuilder, ClientTokens, CredentialSource, DEFAULT_INSTANCE_TYPE,
+};
 pub use provider::{AwsProvider, USER_DATA_LIMIT};
 pub use settings::{Ec2Settings, RootVolume};

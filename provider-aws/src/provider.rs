@@ -15,12 +15,12 @@ use machine_core::{
 };
 
 use crate::client::{Ec2, Launch, filter};
-use crate::config::AwsConfig;
+use crate::config::{AwsConfig, ClientTokens};
 use crate::hostkeys::parse_host_keys;
 use crate::instance::{instance_id, is_gone_or_going, is_owned_by, to_machine};
 use crate::settings::{self, Ec2Settings};
 use crate::tags::{self, MANAGED_TAG, OWNER_TAG};
-use crate::token::ClientToken;
+use crate::token::{self, ClientToken};
 use crate::view::FleetView;
 
 /// EC2's user-data limit: 16 KiB of raw bytes, before base64.
@@ -254,6 +254,7 @@ impl AwsProvider {
             .cloned()
             .collect();
         self.remember_names(&all, name);
+        let started = snapshot.started;
         let mut live: Vec<Instance> = all
             .iter()
             .filter(|i| state_name(i).is_some_and(|s| LIVE_STATES.contains(&s)))
@@ -271,12 +272,92 @@ impl AwsProvider {
             };
             key(a).cmp(&key(b))
         });
-        Ok(Named { all, live })
+        Ok(Named { all, live, started })
     }
 
-    /// After a launch, makes sure one machine carries the name: two controllers that
-    /// both saw the name free may both have launched (their client tokens differ across
-    /// a token epoch boundary, see `token.rs`; moto ignores tokens altogether). Every
+    /// After a launch, makes sure one machine carries the name, as cheaply as the
+    /// endpoint's token semantics allow. Where tokens are honoured, a launch
+    /// acknowledged well inside its token's epoch has no rival and is kept without
+    /// another look; a late one yields to a rival of a later epoch (see `token.rs` for
+    /// why). Where tokens are ignored, every launch settles by the oldest instance.
+    async fn settle(
+        &self,
+        spec: &MachineSpec,
+        launched: Instance,
+        listed_at: Duration,
+        token: &ClientToken,
+    ) -> Result<Machine> {
+        if self.config.client_tokens == ClientTokens::Ignored {
+            return self.settle_race(spec, launched).await;
+        }
+        if !token::is_late(listed_at, unix_now()) {
+            return self.machine(&launched, false).await;
+        }
+        self.yield_to_later_epoch(spec, launched, token.epoch())
+            .await
+    }
+
+    /// A late launch (see `token.rs`): waits until a rival launched under a later
+    /// epoch's token must be visible, then keeps the instance of the newest epoch, and
+    /// terminates its own if that is another.
+    async fn yield_to_later_epoch(
+        &self,
+        spec: &MachineSpec,
+        launched: Instance,
+        epoch: u64,
+    ) -> Result<Machine> {
+        tokio::time::sleep(token::late_wait(
+            self.config.sdk_max_attempts,
+            self.config.attempt_timeout,
+        ))
+        .await;
+        let named = self.named(&spec.name, Instant::now()).await?;
+        let owner = self.config.owner.as_str();
+        let newer = named
+            .live
+            .iter()
+            .filter(|i| !is_gone_or_going(i))
+            .filter_map(|i| {
+                let e = ClientToken::epoch_of(owner, spec.name.as_str(), i.client_token()?)?;
+                (e > epoch).then_some((e, i))
+            })
+            // The newest epoch; `live` is oldest first, so the first of it on ties.
+            .fold(None::<(u64, &Instance)>, |best, (e, i)| match best {
+                Some((b, _)) if b >= e => best,
+                _ => Some((e, i)),
+            });
+        let Some((_, winner)) = newer else {
+            let mut m = self.machine(&launched, false).await?;
+            mark_duplicates(&mut m, &named.live);
+            return Ok(m);
+        };
+        self.give_way(spec, &launched, winner, &named.live).await
+    }
+
+    /// Terminates our launch `launched` in favour of `winner`, and returns `winner`.
+    async fn give_way(
+        &self,
+        spec: &MachineSpec,
+        launched: &Instance,
+        winner: &Instance,
+        live: &[Instance],
+    ) -> Result<Machine> {
+        if let Some(ours) = launched.instance_id() {
+            tracing::info!(machine = %spec.name, duplicate = ours, kept = winner.instance_id(), "another controller created this name too; terminating our launch");
+            match self.ec2.terminate(ours).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e.context(format_args!("terminating duplicate {ours}"))),
+            }
+        }
+        let mut m = self.machine(winner, false).await?;
+        mark_duplicates(&mut m, live);
+        Ok(m)
+    }
+
+    /// On an endpoint that ignores client tokens, after a launch, makes sure one
+    /// machine carries the name: two controllers that both saw the name free may both
+    /// have launched. Every
     /// creator keeps the oldest instance of the name, the same one on every replica, and
     /// terminates its own launch if that is not it. It looks only after [`RACE_WINDOW`],
     /// in a listing started after it (shared with the other creators looking then), so
@@ -290,17 +371,7 @@ impl AwsProvider {
         if winner.instance_id() == launched.instance_id() {
             return self.machine(&launched, false).await;
         }
-        if let Some(ours) = launched.instance_id() {
-            tracing::info!(machine = %spec.name, duplicate = ours, kept = winner.instance_id(), "another controller created this name first; terminating our launch");
-            match self.ec2.terminate(ours).await {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e.context(format_args!("terminating duplicate {ours}"))),
-            }
-        }
-        let mut m = self.machine(winner, false).await?;
-        mark_duplicates(&mut m, &named.live);
-        Ok(m)
+        self.give_way(spec, &launched, winner, &named.live).await
     }
 
     /// The machine of `inst`, with host keys when discovery is on and it runs.
@@ -454,88 +525,119 @@ impl MachineProvisioner for AwsProvider {
     /// recreate after a delete continues the token sequence of the instances it sees.
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
         let _op = self.view.operation();
-        let began = Instant::now();
         let plan = self.plan(spec, user_data)?;
-        let named = self.named(&spec.name, began).await?;
-        // A machine being deleted still holds its name (the trait's contract): it is
-        // returned, phase Deleting, and the caller creates anew once it is gone.
-        if let Some(existing) = named.live.first() {
-            tracing::debug!(machine = %spec.name, instance = existing.instance_id(), "adopting");
-            let mut m = self.machine(existing, false).await?;
-            mark_duplicates(&mut m, &named.live);
-            return Ok(m);
-        }
-        let root_device = match &plan.settings.root_volume {
-            Some(root) => Some(match &root.device_name {
+        let mut root_device: Option<Option<String>> = None;
+        let mut since = Instant::now();
+        // Each turn looks the name up; it ends when the lookup shows a machine, or a
+        // launch on its strength settles. A new turn starts only when the answer grew
+        // older than `LISTING_FRESH_FOR` before a launch was sent (see `token.rs`).
+        'lookup: loop {
+            let named = self.named(&spec.name, since).await?;
+            let answered = Instant::now();
+            // A machine being deleted still holds its name (the trait's contract): it
+            // is returned, phase Deleting, and the caller creates anew once it is gone.
+            if let Some(existing) = named.live.first() {
+                tracing::debug!(machine = %spec.name, instance = existing.instance_id(), "adopting");
+                let mut m = self.machine(existing, false).await?;
+                mark_duplicates(&mut m, &named.live);
+                return Ok(m);
+            }
+            let root_device = match &mut root_device {
                 Some(d) => d.clone(),
-                None => self.ec2.root_device_name(&plan.image).await?,
-            }),
-            None => None,
-        };
-        let unix_secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let mut token = ClientToken::choose(
-            &self.config.owner,
-            spec.name.as_str(),
-            named.all.iter().filter_map(Instance::client_token),
-            unix_secs,
-        );
-        // Each turn either launches, adopts, fails, or steps past a token that an
-        // earlier generation of this name holds; the tokens ahead are finite (one per
-        // launch EC2 remembers), so this ends without a fixed cap.
-        loop {
-            let token_text = token.to_string();
-            let launch = Launch {
-                image: &plan.image,
-                instance_type: &plan.instance_type,
-                settings: &plan.settings,
-                root_device: root_device.as_deref(),
-                user_data: user_data.map(|u| u.bytes.as_slice()),
-                tags: &plan.tags,
-                client_token: &token_text,
+                None => {
+                    let d = match &plan.settings.root_volume {
+                        Some(root) => Some(match &root.device_name {
+                            Some(d) => d.clone(),
+                            None => self.ec2.root_device_name(&plan.image).await?,
+                        }),
+                        None => None,
+                    };
+                    root_device = Some(d.clone());
+                    d
+                }
             };
-            match self.ec2.run_instance(&launch).await {
-                Ok(inst) if is_gone_or_going(&inst) => {
-                    if inst.client_token().is_some_and(|t| t != token_text) {
-                        return Err(Error::permanent(format!(
-                            "RunInstances answered client token {token_text} with instance {} of token {}",
-                            inst.instance_id().unwrap_or("?"),
-                            inst.client_token().unwrap_or("?")
-                        )));
-                    }
-                    tracing::debug!(machine = %spec.name, token = token_text, "client token held by a terminated instance; next generation");
-                    token = token.next();
+            // The Unix time the listing started: its epoch is the token's.
+            let listed_at = unix_now().saturating_sub(named.started.elapsed());
+            let mut token = ClientToken::choose(
+                &self.config.owner,
+                spec.name.as_str(),
+                named.all.iter().filter_map(Instance::client_token),
+                listed_at.as_secs(),
+            );
+            // Each turn either launches, adopts, fails, or steps past a token that an
+            // earlier generation of this name holds; the tokens ahead are finite (one
+            // per launch EC2 remembers), so this ends without a fixed cap.
+            loop {
+                if answered.elapsed() > token::LISTING_FRESH_FOR {
+                    since = Instant::now();
+                    continue 'lookup;
                 }
-                Ok(inst) => {
-                    if let Some(iid) = inst.instance_id() {
-                        self.remember_created(iid);
+                let token_text = token.to_string();
+                let launch = Launch {
+                    image: &plan.image,
+                    instance_type: &plan.instance_type,
+                    settings: &plan.settings,
+                    root_device: root_device.as_deref(),
+                    user_data: user_data.map(|u| u.bytes.as_slice()),
+                    tags: &plan.tags,
+                    client_token: &token_text,
+                };
+                match self.ec2.run_instance(&launch).await {
+                    Ok(inst) if is_gone_or_going(&inst) => {
+                        if inst.client_token().is_some_and(|t| t != token_text) {
+                            return Err(Error::permanent(format!(
+                                "RunInstances answered client token {token_text} with instance {} of token {}",
+                                inst.instance_id().unwrap_or("?"),
+                                inst.client_token().unwrap_or("?")
+                            )));
+                        }
+                        tracing::debug!(machine = %spec.name, token = token_text, "client token held by a terminated instance; next generation");
+                        token = token.next();
                     }
-                    tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
-                    return self.settle_race(spec, inst).await;
+                    Ok(inst) => {
+                        if let Some(iid) = inst.instance_id() {
+                            self.remember_created(iid);
+                        }
+                        // Its delete then needs no check by id: it is ours, by this name.
+                        self.remember_names(std::slice::from_ref(&inst), &spec.name);
+                        tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
+                        return self.settle(spec, inst, listed_at, &token).await;
+                    }
+                    Err(e) if is_token_mismatch(&e) => {
+                        // The token is bound to other parameters: an earlier generation
+                        // launched with another spec, or another controller launching
+                        // this name right now with another spec. A fresh listing tells
+                        // which; when it shows no holder, one made after the holder must
+                        // be visible settles it (stepping past a live holder would make
+                        // a second instance in the token's epoch).
+                        let mut named = self.named(&spec.name, Instant::now()).await?;
+                        let shows_holder = |n: &Named| {
+                            n.all
+                                .iter()
+                                .any(|i| i.client_token() == Some(token_text.as_str()))
+                        };
+                        if !shows_holder(&named) && named.live.is_empty() {
+                            tokio::time::sleep(token::VISIBILITY_LAG).await;
+                            named = self.named(&spec.name, Instant::now()).await?;
+                        }
+                        let holder = named
+                            .all
+                            .iter()
+                            .find(|i| i.client_token() == Some(token_text.as_str()));
+                        if let Some(holder) = holder.filter(|i| !is_gone_or_going(i)) {
+                            return Err(conflict(spec, &plan, holder, &token_text).with_source(e));
+                        }
+                        if let Some(existing) = named.live.first() {
+                            // Launched meanwhile under another token (another epoch).
+                            let mut m = self.machine(existing, false).await?;
+                            mark_duplicates(&mut m, &named.live);
+                            return Ok(m);
+                        }
+                        // Held by a terminated instance, listed or no longer listed.
+                        token = token.next();
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) if is_token_mismatch(&e) => {
-                    // The token is bound to other parameters: an earlier generation
-                    // launched with another spec, or another controller launching this
-                    // name right now with another spec. A fresh listing tells which.
-                    let named = self.named(&spec.name, Instant::now()).await?;
-                    let holder = named
-                        .all
-                        .iter()
-                        .find(|i| i.client_token() == Some(token_text.as_str()));
-                    if let Some(holder) = holder.filter(|i| !is_gone_or_going(i)) {
-                        return Err(conflict(spec, &plan, holder, &token_text).with_source(e));
-                    }
-                    if let Some(existing) = named.live.first() {
-                        // Launched meanwhile under another token (an epoch boundary).
-                        let mut m = self.machine(existing, false).await?;
-                        mark_duplicates(&mut m, &named.live);
-                        return Ok(m);
-                    }
-                    // Held by a terminated instance, listed or no longer listed.
-                    token = token.next();
-                }
-                Err(e) => return Err(e),
             }
         }
     }
@@ -627,6 +729,16 @@ impl MachineProvisioner for AwsProvider {
         let inst = match listed {
             // The name lookup shows it with the owner's tags: no check by id needed.
             Some(inst) => inst,
+            // This provider launched it moments ago, with the owner's tags and this name,
+            // after the lookup it has: terminating it (a no-op if it is gone already) is
+            // all there is to do. Nothing else of the name was live then, or the create
+            // would have adopted it; a teardown looks the name up afresh when done.
+            None if known.is_some() && self.created_lately(iid) => {
+                return match self.ec2.terminate(iid).await {
+                    Err(e) if e.kind() == ErrorKind::NotFound => self.gone(iid, Some(e)),
+                    other => other,
+                };
+            }
             None => match self.lookup(id).await? {
                 Lookup::Owned(inst) => *inst,
                 Lookup::Missing(e) => return self.gone(iid, e),
@@ -702,6 +814,15 @@ struct Named {
     all: Vec<Instance>,
     /// The ones not terminated: those not being terminated first, oldest first.
     live: Vec<Instance>,
+    /// When the listing started.
+    started: Instant,
+}
+
+/// Now, as a duration since the Unix epoch (zero for a clock before 1970).
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 /// The `Name` tag of an instance.

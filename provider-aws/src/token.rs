@@ -12,28 +12,88 @@
 //!   turns into a conflict error (other spec). A spec-derived token would let each
 //!   launch its own instance.
 //! - A deliberate recreate after a delete needs a token that is not bound yet. Tokens
-//!   are `<owner+name digest>-<epoch>-<seq>`, and a create continues the sequence of the
-//!   newest token it can see on an instance of the name (`seq + 1`): EC2 lists
-//!   terminated instances, with their `ClientToken`, for about an hour, so a recreate
-//!   within that time costs one RunInstances, however many generations came before.
-//! - When no instance of the name is visible (the name is new, or its last instance was
-//!   terminated long ago), the sequence starts afresh in the current epoch (ten minutes
-//!   of wall-clock time): a token of an earlier epoch is never reused, so the tokens
-//!   EC2 still holds from days of recreations cost nothing. Only launches of this same
-//!   epoch that EC2 already stopped listing can be in the way; `create` steps past each
-//!   with one call (EC2 answers with the terminated instance, or a mismatch that a
-//!   lookup shows is not a live instance), so the count of calls is one plus such
-//!   launches, with no cap.
+//!   are `<owner+name digest>-<epoch>-<seq>`. The epoch is the ten-minute span of Unix
+//!   time in which the listing that showed the name free *started*; a create continues
+//!   the sequence of the newest token of that epoch it sees on an instance of the name
+//!   (`seq + 1`), else starts at `seq` 0. EC2 lists terminated instances, with their
+//!   `ClientToken`, for about an hour, so a recreate costs one RunInstances however
+//!   many generations came before; tokens of earlier epochs are never reused, so the
+//!   tokens EC2 holds from days of recreations cost nothing. A token of this epoch
+//!   that EC2 no longer lists is stepped past with one call (EC2 answers with the
+//!   terminated instance, or a mismatch whose holder a lookup shows is not live).
 //!
-//! Two creators that straddle an epoch boundary with nothing visible send different
-//! tokens; both may launch, and `create`'s race settlement (the oldest instance of the
-//! name wins, the others are terminated by their own creators) keeps one, as it does
-//! on endpoints that ignore tokens (moto).
+//! # When a create must look for a rival launch
+//!
+//! Within one epoch the tokens that were ever bound form a prefix `0..=k` of the
+//! sequence (a create uses `seq + 1` only after seeing `seq` bound, or steps past
+//! it), so every creator of that epoch walks the same chain and reaches the same
+//! instance: two launches of one name and epoch are one instance (or a conflict error,
+//! for another spec). A rival launch needs a rival *epoch*. Let a create's listing
+//! start at `s` (epoch `E`) and its RunInstances be acknowledged at `a`; call it
+//! *early* when `a` is at least [`LATE_MARGIN`] before the end of `E`, *late*
+//! otherwise. With instances visible to listings [`VISIBILITY_LAG`] after their
+//! launch and clocks within [`CLOCK_SKEW`] of each other:
+//!
+//! - A rival of a later epoch started its listing after `E` ended, yet before our
+//!   instance was visible (it saw the name free): before `a + VISIBILITY_LAG`. So `a`
+//!   lies within `VISIBILITY_LAG + 2 * CLOCK_SKEW` of the end of `E`: we are late. An
+//!   early create has no rival of a later epoch.
+//! - A rival of an earlier epoch is, by the same argument with the roles swapped, late.
+//!
+//! So an early create keeps its instance without looking again; a late one waits
+//! until every rival of a later epoch must be visible ([`late_wait`]) and yields to the
+//! newest epoch it sees, which is never late towards an even later one unless that one
+//! exists and is seen too. On an endpoint that ignores tokens (moto) every create
+//! settles by the oldest launch instead (`create`, `ClientTokens::Ignored`).
+
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 /// Length of an epoch, in seconds of Unix time.
 const EPOCH_SECS: u64 = 600;
+
+/// The longest a launched instance takes to appear in every listing started after
+/// it. EC2's reads are eventually consistent, usually within a second; the bound is
+/// generous because a wrong guess costs a duplicate, a generous one only a wait.
+pub(crate) const VISIBILITY_LAG: Duration = Duration::from_secs(5);
+
+/// The most two controllers' clocks (and EC2's) may disagree; NTP keeps real hosts
+/// within milliseconds.
+pub(crate) const CLOCK_SKEW: Duration = Duration::from_secs(1);
+
+/// A create acknowledged later than this before the end of its token's epoch settles
+/// races: more than [`VISIBILITY_LAG`] plus twice [`CLOCK_SKEW`] (see the module docs).
+pub(crate) const LATE_MARGIN: Duration = Duration::from_secs(10);
+const _: () = assert!(LATE_MARGIN.as_secs() > VISIBILITY_LAG.as_secs() + 2 * CLOCK_SKEW.as_secs());
+
+/// The longest after a listing's answer that a create sends RunInstances on its
+/// strength; an older answer is refreshed first. It bounds how late after its listing a rival's
+/// instance can appear, and so how long a late create waits ([`late_wait`]).
+pub(crate) const LISTING_FRESH_FOR: Duration = Duration::from_secs(10);
+
+/// The longest the SDK's backoff waits between two attempts of one call.
+const SDK_MAX_BACKOFF: Duration = Duration::from_secs(20);
+
+/// Whether a create whose listing started at `listing_start` and whose RunInstances
+/// was acknowledged at `acked` (both since the Unix epoch) must look for a rival
+/// launch: whether it is *late* in the module docs' sense.
+pub(crate) fn is_late(listing_start: Duration, acked: Duration) -> bool {
+    let epoch_end = Duration::from_secs((listing_start.as_secs() / EPOCH_SECS + 1) * EPOCH_SECS);
+    acked + LATE_MARGIN > epoch_end
+}
+
+/// How long after its acknowledgement a late create waits before its lookup. A rival
+/// of a later epoch started its listing before our launch was visible (within
+/// [`VISIBILITY_LAG`] of the acknowledgement), had its answer within the SDK's attempts
+/// (one page), sent RunInstances within [`LISTING_FRESH_FOR`] of that, EC2 carried it
+/// out within the SDK's attempts, and it became visible [`VISIBILITY_LAG`] later. The
+/// assumption, as for any client: a request is carried out within its attempts'
+/// timeouts or not at all.
+pub(crate) fn late_wait(attempts: u32, attempt_timeout: Duration) -> Duration {
+    let call = attempt_timeout * attempts + SDK_MAX_BACKOFF * attempts.saturating_sub(1);
+    VISIBILITY_LAG * 2 + LISTING_FRESH_FOR + call * 2
+}
 
 /// One token: a digest of owner and name, an epoch and a sequence number.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,27 +118,40 @@ impl ClientToken {
     }
 
     /// The token to launch `owner`'s `name` with, given the tokens of the instances of
-    /// that name EC2 still lists (any state) and the current Unix time: the successor
-    /// of the newest of ours among them, or the first of the current epoch.
+    /// that name a listing showed (any state) and the Unix time the listing started:
+    /// the successor of the newest of ours of that epoch among them, or the epoch's
+    /// first.
     pub(crate) fn choose<'a>(
         owner: &str,
         name: &str,
         seen: impl IntoIterator<Item = &'a str>,
-        unix_secs: u64,
+        listing_unix_secs: u64,
     ) -> ClientToken {
         let prefix = Self::prefix(owner, name);
+        let epoch = listing_unix_secs / EPOCH_SECS;
         let newest = seen
             .into_iter()
             .filter_map(|t| Self::parse(&prefix, t))
-            .max_by_key(|t| (t.epoch, t.seq));
+            .filter(|t| t.epoch == epoch)
+            .max_by_key(|t| t.seq);
         match newest {
             Some(t) => t.next(),
             None => ClientToken {
                 prefix,
-                epoch: unix_secs / EPOCH_SECS,
+                epoch,
                 seq: 0,
             },
         }
+    }
+
+    /// The epoch of `token` if it is one of `owner`'s for `name`.
+    pub(crate) fn epoch_of(owner: &str, name: &str, token: &str) -> Option<u64> {
+        Self::parse(&Self::prefix(owner, name), token).map(|t| t.epoch)
+    }
+
+    /// This token's epoch.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The token of the next generation.
@@ -121,9 +194,19 @@ mod tests {
         assert_ne!(t, ClientToken::choose("cd", "web-1", [], 1_800_000_000));
         let s = t.to_string();
         assert!(s.len() <= 64, "{s}");
-        // Continues the newest of its own tokens, ignoring others' and old formats.
-        let older = ClientToken::choose("ci", "web-1", [], 1_700_000_000).next();
-        let theirs = ClientToken::choose("ci", "web-2", [], 1_900_000_000).to_string();
+        // Continues the newest of its own tokens of the listing's epoch, ignoring other
+        // epochs', other names' and old formats.
+        let older = ClientToken::choose("ci", "web-1", [], 1_700_000_000)
+            .next()
+            .next()
+            .next()
+            .next();
+        let theirs = ClientToken::choose("ci", "web-2", [], 1_800_000_000)
+            .next()
+            .next()
+            .next()
+            .next()
+            .to_string();
         let seen = [
             s.clone(),
             t.next().next().to_string(),
@@ -131,11 +214,41 @@ mod tests {
             theirs,
             "0123abcd-g0".to_owned(),
         ];
-        let chosen = ClientToken::choose("ci", "web-1", seen.iter().map(String::as_str), 0);
+        let chosen = ClientToken::choose(
+            "ci",
+            "web-1",
+            seen.iter().map(String::as_str),
+            1_800_000_000,
+        );
         assert_eq!(chosen, t.next().next().next());
+        assert_eq!(ClientToken::epoch_of("ci", "web-1", &s), Some(t.epoch()));
+        assert_eq!(ClientToken::epoch_of("ci", "web-2", &s), None);
         // A later epoch starts afresh when nothing is visible.
         let later = ClientToken::choose("ci", "web-1", [], 1_800_000_000 + EPOCH_SECS);
         assert_ne!(later, t);
         assert_eq!(later.seq, 0);
+    }
+
+    #[test]
+    fn only_a_create_acknowledged_near_its_epochs_end_settles() {
+        let secs = Duration::from_secs;
+        // 1_800_000_000 is the start of an epoch (a multiple of 600).
+        let start = secs(1_800_000_000);
+        let end = start + secs(EPOCH_SECS);
+        // Far from the end: no rival of another epoch can exist.
+        assert!(!is_late(start, start + secs(1)));
+        assert!(!is_late(start + secs(300), start + secs(302)));
+        assert!(!is_late(start, end - LATE_MARGIN));
+        // Within the margin of the end, or acknowledged after it: settle.
+        assert!(is_late(start + secs(300), end - LATE_MARGIN + secs(1)));
+        assert!(is_late(end - secs(3), end - secs(1)));
+        assert!(is_late(end - secs(3), end + secs(30)));
+        // A listing late in its epoch with a slow launch is late too.
+        assert!(is_late(end - secs(60), end + secs(400)));
+        // The margin covers what the argument needs.
+        assert!(LATE_MARGIN > VISIBILITY_LAG + CLOCK_SKEW * 2);
+        // The wait covers two visibility lags, the answer's age and two calls' attempts.
+        assert_eq!(late_wait(1, secs(30)), secs(80));
+        assert_eq!(late_wait(2, secs(30)), secs(180));
     }
 }

@@ -38,8 +38,8 @@ async fn two_controllers_with_different_specs_make_one_instance_per_name() {
     let proxy = FaultProxy::start(moto.addr, Faults::default(), 11).await;
     let owner = common::owner("disagree");
     // Two versions of a controller during a rolling upgrade: same owner, other size.
-    let old = Arc::new(common::provider(&proxy.endpoint, &owner).await);
-    let new = Arc::new(common::provider(&proxy.endpoint, &owner).await);
+    let old = Arc::new(common::provider_via_proxy(&proxy.endpoint, &owner).await);
+    let new = Arc::new(common::provider_via_proxy(&proxy.endpoint, &owner).await);
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..50 {
         for (p, size) in [(old.clone(), "t3.micro"), (new.clone(), "t3.small")] {
@@ -95,7 +95,7 @@ async fn two_controllers_with_different_specs_make_one_instance_per_name() {
 async fn a_name_is_recreated_twenty_times_with_one_launch_each() {
     let moto = Moto::start();
     let proxy = FaultProxy::start(moto.addr, Faults::default(), 12).await;
-    let p = common::provider(&proxy.endpoint, &common::owner("recreate")).await;
+    let p = common::provider_via_proxy(&proxy.endpoint, &common::owner("recreate")).await;
     let spec = common::spec("again");
     let mut seen = HashSet::new();
     let mut previous: Option<machine_core::ProviderId> = None;
@@ -212,7 +212,7 @@ async fn a_fleet_shares_its_name_lookups() {
     let moto = Moto::start();
     let proxy = FaultProxy::start(moto.addr, Faults::default(), 13).await;
     let owner = common::owner("shared");
-    let p = Arc::new(common::provider(&proxy.endpoint, &owner).await);
+    let p = Arc::new(common::provider_via_proxy(&proxy.endpoint, &owner).await);
     let settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(200));
     let composer = Composer::builder(p.clone())
         .settings(settings)
@@ -252,4 +252,49 @@ async fn a_fleet_shares_its_name_lookups() {
     );
     assert_eq!(proxy.seen("RunInstances"), count);
     assert_eq!(proxy.seen("TerminateInstances"), count);
+}
+
+/// Four controllers create one name at once, five names in turn, through the proxy
+/// (EC2's token semantics) with the default `clientTokens: honoured`: one instance per
+/// name, each controller told that one, and no lookup after the launch. Each create's
+/// only tag-filtered DescribeInstances is its adoption lookup; settling the race would
+/// add a second per create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creators_with_honoured_tokens_share_one_instance_without_settling() {
+    common::away_from_an_epoch_end().await;
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 14).await;
+    let owner = common::owner("honoured");
+    let mut controllers = Vec::new();
+    for _ in 0..4 {
+        controllers.push(Arc::new(
+            common::provider_via_proxy(&proxy.endpoint, &owner).await,
+        ));
+    }
+    let names = 5;
+    for i in 0..names {
+        let mut tasks = tokio::task::JoinSet::new();
+        for p in &controllers {
+            let p = p.clone();
+            tasks.spawn(async move {
+                let spec = common::spec(&format!("same-{i}"));
+                p.create(&spec, None).await.unwrap()
+            });
+        }
+        let told: HashSet<String> = tasks
+            .join_all()
+            .await
+            .iter()
+            .map(|m| m.provider_id.resource_id().to_owned())
+            .collect();
+        assert_eq!(told.len(), 1, "same-{i}: controllers told {told:?}");
+    }
+    let direct = common::provider(&moto.endpoint, &owner).await;
+    let standing = live(&direct).await;
+    assert_eq!(standing.len(), names, "{standing:?}");
+    assert_eq!(
+        proxy.filtered_describes(),
+        (names * controllers.len()) as u64,
+        "a create looked the name up again after its launch"
+    );
 }

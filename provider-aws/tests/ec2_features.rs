@@ -117,7 +117,7 @@ async fn an_unknown_ami_is_an_invalid_spec_naming_the_image_without_retry() {
     let moto = Moto::start_with(&[("MOTO_ENABLE_AMI_VALIDATION", "true")]);
     let proxy = FaultProxy::start(moto.addr, Faults::default(), 9).await;
     let p = Retrying::new(
-        common::provider(&proxy.endpoint, &common::owner("ami")).await,
+        common::provider_via_proxy(&proxy.endpoint, &common::owner("ami")).await,
         RetryPolicy::default(),
     );
     let spec = common::spec("ami-1").with_image("ami-0123456789abcdef0");
@@ -145,4 +145,39 @@ async fn unknown_credentials_are_unauthorized() {
     let e = p.create(&common::spec("auth-1"), None).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unauthorized, "{e}");
     assert!(!e.is_retryable());
+}
+
+/// Host keys come from the console only when asked for: `get` of a running machine
+/// with discovery on reads it (once, then not before the recheck interval); `find`,
+/// `create` and `delete` never do, nor `get` of a machine being deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_is_read_only_by_get_of_a_running_machine() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 15).await;
+    let p = common::provider_via_proxy(&proxy.endpoint, &common::owner("console")).await;
+    let spec = common::spec("console-1");
+    let m = p.create(&spec, None).await.unwrap();
+    p.find(&spec.name).await.unwrap().unwrap();
+    assert_eq!(proxy.seen("GetConsoleOutput"), 0, "create or find read it");
+    let mut polls = 0;
+    while !p.get(&m.provider_id).await.unwrap().phase.is_running() {
+        polls += 1;
+        assert!(polls < 50, "never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        proxy.seen("GetConsoleOutput"),
+        1,
+        "get of a running machine"
+    );
+    p.get(&m.provider_id).await.unwrap();
+    assert_eq!(proxy.seen("GetConsoleOutput"), 1, "read again within 15 s");
+    p.delete(&m.provider_id).await.unwrap();
+    let gone = p.get(&m.provider_id).await.unwrap();
+    assert!(matches!(gone.phase, Phase::Deleting | Phase::Deleted));
+    assert_eq!(
+        proxy.seen("GetConsoleOutput"),
+        1,
+        "read for a machine being deleted"
+    );
 }

@@ -42,7 +42,7 @@ async fn a_fleet_of_50_converges_through_faults_without_duplicates_or_leaks() {
     let proxy = FaultProxy::start(moto.addr, faults, 5).await;
     let owner = common::owner("fleet");
     let provider = Retrying::new(
-        common::provider(&proxy.endpoint, &owner).await,
+        common::provider_via_proxy(&proxy.endpoint, &owner).await,
         quick_retries(8),
     );
     let settings = ComposerSettings::default()
@@ -121,7 +121,7 @@ async fn a_fleet_of_50_converges_through_faults_without_duplicates_or_leaks() {
 async fn ec2_error_codes_reach_callers_with_their_kinds() {
     let moto = Moto::start();
     let proxy = FaultProxy::start(moto.addr, Faults::default(), 1).await;
-    let p = common::provider(&proxy.endpoint, &common::owner("codes")).await;
+    let p = common::provider_via_proxy(&proxy.endpoint, &common::owner("codes")).await;
     let spec = common::spec("codes-1");
     for (status, code, kind, field) in [
         (503, "RequestLimitExceeded", ErrorKind::Throttled, None),
@@ -188,7 +188,7 @@ async fn resets_and_slow_answers_are_transient() {
         2,
     )
     .await;
-    let p = common::provider(&proxy.endpoint, &common::owner("resets")).await;
+    let p = common::provider_via_proxy(&proxy.endpoint, &common::owner("resets")).await;
     let e = p.find(&common::spec("r").name).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
 
@@ -198,7 +198,7 @@ async fn resets_and_slow_answers_are_transient() {
         ..Faults::default()
     });
     let impatient = provider_aws::AwsProvider::new(
-        common::config(&proxy.endpoint, "slow")
+        common::config_via_proxy(&proxy.endpoint, "slow")
             .attempt_timeout(Duration::from_millis(500))
             .build()
             .unwrap(),
@@ -215,7 +215,7 @@ async fn retries_do_not_multiply() {
     let moto = Moto::start();
     let proxy = FaultProxy::start(moto.addr, Faults::default(), 3).await;
     let p = Retrying::new(
-        common::provider(&proxy.endpoint, &common::owner("multiply")).await,
+        common::provider_via_proxy(&proxy.endpoint, &common::owner("multiply")).await,
         quick_retries(3),
     );
     proxy.script("RunInstances", 503, "RequestLimitExceeded", 100);
@@ -241,7 +241,7 @@ async fn not_found_right_after_create_is_retried_and_later_is_not_found() {
     let proxy = FaultProxy::start(moto.addr, Faults::default(), 4).await;
     let owner = common::owner("consistency");
     let creator = Retrying::new(
-        common::provider(&proxy.endpoint, &owner).await,
+        common::provider_via_proxy(&proxy.endpoint, &owner).await,
         quick_retries(5),
     );
     let m = creator.create(&common::spec("c-1"), None).await.unwrap();
@@ -264,14 +264,14 @@ async fn not_found_right_after_create_is_retried_and_later_is_not_found() {
     );
 
     // A process that did not create it takes the answer at its word.
-    let other = common::provider(&proxy.endpoint, &owner).await;
+    let other = common::provider_via_proxy(&proxy.endpoint, &owner).await;
     proxy.script("DescribeInstances", 400, "InvalidInstanceID.NotFound", 1);
     let e = other.get(&m.provider_id).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 
     // So does the creator once its consistency window has passed.
     let short = provider_aws::AwsProvider::new(
-        common::config(&proxy.endpoint, &owner)
+        common::config_via_proxy(&proxy.endpoint, &owner)
             .consistency_window(Duration::from_secs(2))
             .build()
             .unwrap(),

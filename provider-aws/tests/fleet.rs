@@ -87,7 +87,7 @@ async fn a_fleet_lifecycle_costs_five_calls_per_machine() {
     let proxy = FaultProxy::start(moto.addr, Faults::default(), 21).await;
     let owner = common::owner("floor");
     // Host keys are not asked for: no console is read.
-    let config = common::config(&proxy.endpoint, &owner)
+    let config = common::config_via_proxy(&proxy.endpoint, &owner)
         .host_key_discovery(false)
         .build()
         .unwrap();

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use machine_core::{MachineName, MachineSpec, SecretString};
-use provider_aws::{AwsConfig, AwsConfigBuilder, AwsProvider};
+use provider_aws::{AwsConfig, AwsConfigBuilder, AwsProvider, ClientTokens};
 
 /// An AMI among moto's defaults (DescribeImages knows it, with root device /dev/sda1).
 pub const AMI: &str = "ami-760aaa0f";
@@ -27,8 +27,15 @@ pub fn owner(test: &str) -> String {
     format!("{test}-{:06x}", fastrand::u32(..) & 0xffffff)
 }
 
-/// A config builder for moto (or a proxy) at `endpoint`: static keys, one region.
+/// A config builder for bare moto at `endpoint`: static keys, one region, and client
+/// tokens declared ignored, as moto ignores them (every create settles races).
 pub fn config(endpoint: &str, owner: &str) -> AwsConfigBuilder {
+    config_via_proxy(endpoint, owner).client_tokens(ClientTokens::Ignored)
+}
+
+/// A config builder for moto behind [`proxy::FaultProxy`] at `endpoint`, which gives
+/// RunInstances EC2's token semantics: the default `clientTokens: honoured`.
+pub fn config_via_proxy(endpoint: &str, owner: &str) -> AwsConfigBuilder {
     AwsConfig::builder()
         .region(REGION)
         .endpoint_url(endpoint)
@@ -39,11 +46,37 @@ pub fn config(endpoint: &str, owner: &str) -> AwsConfigBuilder {
         .attempt_timeout(Duration::from_secs(20))
 }
 
-/// A provider for moto (or a proxy) at `endpoint`.
+/// A provider for bare moto at `endpoint` (see [`config`]).
 pub async fn provider(endpoint: &str, owner: &str) -> AwsProvider {
     AwsProvider::new(config(endpoint, owner).build().expect("test config"))
         .await
         .expect("provider")
+}
+
+/// A provider for moto behind [`proxy::FaultProxy`] at `endpoint` (see
+/// [`config_via_proxy`]).
+pub async fn provider_via_proxy(endpoint: &str, owner: &str) -> AwsProvider {
+    AwsProvider::new(
+        config_via_proxy(endpoint, owner)
+            .build()
+            .expect("test config"),
+    )
+    .await
+    .expect("provider")
+}
+
+/// Waits, when the next token epoch (ten minutes of Unix time) begins within 40 s, until
+/// it has begun: a create acknowledged near an epoch's end settles races (a wait and a
+/// lookup) even where tokens are honoured, which a test counting lookups must avoid.
+pub async fn away_from_an_epoch_end() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let left = 600 - now % 600;
+    if left <= 40 {
+        tokio::time::sleep(Duration::from_secs(left + 1)).await;
+    }
 }
 
 /// An SDK client of its own for moto at `endpoint`, for what the provider does not
