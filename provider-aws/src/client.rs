@@ -3,7 +3,7 @@
 
 use aws_config::BehaviorVersion;
 use aws_sdk_ec2::config::StalledStreamProtectionConfig;
-use aws_sdk_ec2::config::retry::RetryConfig;
+use aws_sdk_ec2::config::retry::{ClientRateLimiter, RetryConfig, RetryPartition};
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::config::{Credentials, Region};
 use aws_sdk_ec2::types::{
@@ -22,6 +22,22 @@ use crate::settings::{Ec2Settings, RootVolume};
 #[derive(Debug, Clone)]
 pub(crate) struct Ec2 {
     sdk: aws_sdk_ec2::Client,
+    /// The rate limiters of the APIs that have their own (see [`Paced`]).
+    paced: [RetryPartition; 5],
+}
+
+/// The APIs paced by a rate limiter of their own. EC2 keeps a token bucket per API,
+/// and these have the smallest (RunInstances and StartInstances 5 requests and 2 a
+/// second, TerminateInstances 100 and 5, the other mutating ones 50 and 5, against 100
+/// and 20 for `Describe*`): were they paced with the lookups, a throttled launch would
+/// slow every DescribeInstances of the fleet down to the launch rate.
+#[derive(Debug, Clone, Copy)]
+enum Paced {
+    Run = 0,
+    Terminate = 1,
+    Start = 2,
+    Stop = 3,
+    Reboot = 4,
 }
 
 /// Everything RunInstances needs for one machine.
@@ -43,9 +59,14 @@ impl Ec2 {
     /// `config` says. With the standard chain this reads the environment and the shared
     /// config files, but makes no network call until the first request.
     pub(crate) async fn connect(config: &AwsConfig) -> Result<Self> {
+        // Adaptive mode is standard mode plus the SDK's client-side rate limiter: after
+        // a throttling answer it paces every later request of this client (CUBIC, as
+        // AWS's SDKs specify), so a fleet stops spending EC2's tokens on requests that
+        // would be refused. It delays sends only; how often a call is retried is still
+        // `sdk_max_attempts`, and the limiter learns from every answer even at 1.
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(config.region.clone()))
-            .retry_config(RetryConfig::standard().with_max_attempts(config.sdk_max_attempts))
+            .retry_config(RetryConfig::adaptive().with_max_attempts(config.sdk_max_attempts))
             .timeout_config(
                 TimeoutConfig::builder()
                     .connect_timeout(config.connect_timeout)
@@ -75,10 +96,19 @@ impl Ec2 {
         let sdk_config = loader.load().await;
         let ec2_config = aws_sdk_ec2::config::Builder::from(&sdk_config)
             .interceptor(crate::redact::RedactBodies)
+            .retry_partition(own_rate_limiter(&config.region, "describe"))
             .build();
+        let paced = ["run", "terminate", "start", "stop", "reboot"]
+            .map(|api| own_rate_limiter(&config.region, api));
         Ok(Ec2 {
             sdk: aws_sdk_ec2::Client::from_conf(ec2_config),
+            paced,
         })
+    }
+
+    /// The config override that paces `api` by its own rate limiter.
+    fn paced(&self, api: Paced) -> aws_sdk_ec2::config::Builder {
+        aws_sdk_ec2::config::Builder::default().retry_partition(self.paced[api as usize].clone())
     }
 
     /// RunInstances for exactly one instance; the instance as EC2 answered.
@@ -125,7 +155,12 @@ impl Ec2 {
         if let Some(bytes) = l.user_data {
             req = req.user_data(base64::engine::general_purpose::STANDARD.encode(bytes));
         }
-        let out = req.send().await.map_err(|e| from_sdk("RunInstances", e))?;
+        let out = req
+            .customize()
+            .config_override(self.paced(Paced::Run))
+            .send()
+            .await
+            .map_err(|e| from_sdk("RunInstances", e))?;
         out.instances()
             .first()
             .cloned()
@@ -166,6 +201,8 @@ impl Ec2 {
         self.sdk
             .terminate_instances()
             .instance_ids(id)
+            .customize()
+            .config_override(self.paced(Paced::Terminate))
             .send()
             .await
             .map_err(|e| from_sdk("TerminateInstances", e))?;
@@ -177,6 +214,8 @@ impl Ec2 {
         self.sdk
             .terminate_instances()
             .set_instance_ids(Some(ids.iter().map(|s| (*s).to_owned()).collect()))
+            .customize()
+            .config_override(self.paced(Paced::Terminate))
             .send()
             .await
             .map_err(|e| from_sdk("TerminateInstances", e))?;
@@ -188,6 +227,8 @@ impl Ec2 {
         self.sdk
             .start_instances()
             .instance_ids(id)
+            .customize()
+            .config_override(self.paced(Paced::Start))
             .send()
             .await
             .map_err(|e| from_sdk("StartInstances", e))?;
@@ -199,6 +240,8 @@ impl Ec2 {
         self.sdk
             .stop_instances()
             .instance_ids(id)
+            .customize()
+            .config_override(self.paced(Paced::Stop))
             .send()
             .await
             .map_err(|e| from_sdk("StopInstances", e))?;
@@ -210,6 +253,8 @@ impl Ec2 {
         self.sdk
             .reboot_instances()
             .instance_ids(id)
+            .customize()
+            .config_override(self.paced(Paced::Reboot))
             .send()
             .await
             .map_err(|e| from_sdk("RebootInstances", e))?;
@@ -289,6 +334,20 @@ impl Ec2 {
                 )
             })
     }
+}
+
+/// A retry partition with a rate limiter of this client's own. The SDK's default
+/// partition is one per service and region for the whole process, so two providers of
+/// different accounts in one region would slow each other down, while EC2 throttles
+/// each account separately.
+fn own_rate_limiter(region: &str, api: &str) -> RetryPartition {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    RetryPartition::custom(format!("provider-aws-{region}-{api}"))
+        .client_rate_limiter(ClientRateLimiter::new(now))
+        .build()
 }
 
 fn root_mapping(root: &RootVolume, device: &str) -> BlockDeviceMapping {

@@ -1,18 +1,23 @@
 //! provider-aws at fleet scale: the lifecycle of many machines (create with user data,
 //! wait until running, delete, wait until gone) costs the minimal calls per machine plus
-//! one ownership check, with name lookups shared across the fleet.
+//! one ownership check, with name lookups shared across the fleet; and a fleet of 1,000
+//! converges through EC2's token buckets (the proxy's throttling) with a bounded count
+//! of `RequestLimitExceeded` and no failure.
 
 mod common;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{self, StreamExt, TryStreamExt};
-use machine_core::{MachineProvisioner, Phase, RetryPolicy, UserData, UserDataFormat};
+use aws_sdk_ec2::types::Filter;
+use futures_util::stream::{self, StreamExt};
+use machine_core::{ErrorKind, MachineProvisioner, Phase, RetryPolicy, UserData, UserDataFormat};
 use provider_aws::AwsProvider;
+use provider_aws::tags::OWNER_TAG;
 
 use common::Moto;
-use common::proxy::{FaultProxy, Faults};
+use common::proxy::{FaultProxy, Faults, Throttling};
 
 /// 2 KiB of cloud-config, as the issue's lifecycle sends.
 fn user_data() -> UserData {
@@ -58,24 +63,46 @@ async fn lifecycle(p: Arc<AwsProvider>, i: usize, data: Arc<UserData>) -> anyhow
     }
 }
 
-/// Runs `count` lifecycles, `width` at a time; the wall time.
-async fn fleet(p: &Arc<AwsProvider>, count: usize, width: usize) -> Duration {
+/// Runs `count` lifecycles, `width` at a time; the wall time and every machine's
+/// failure (none when all converged).
+async fn fleet_outcomes(
+    p: &Arc<AwsProvider>,
+    count: usize,
+    width: usize,
+) -> (Duration, Vec<anyhow::Error>) {
     let data = Arc::new(user_data());
     let start = Instant::now();
-    stream::iter(0..count)
+    let failures = stream::iter(0..count)
         .map(|i| lifecycle(p.clone(), i, data.clone()))
         .buffer_unordered(width)
-        .try_collect::<Vec<()>>()
+        .filter_map(|r| async move { r.err() })
+        .collect::<Vec<_>>()
+        .await;
+    (start.elapsed(), failures)
+}
+
+/// Runs `count` lifecycles, `width` at a time; the wall time. Panics if one failed.
+async fn fleet(p: &Arc<AwsProvider>, count: usize, width: usize) -> Duration {
+    let (wall, failures) = fleet_outcomes(p, count, width).await;
+    if let Some(e) = failures.first() {
+        panic!("{} machines failed, the first: {e:#}", failures.len());
+    }
+    wall
+}
+
+/// Every instance of `p`'s owner, in any state. Listing a thousand of them keeps moto
+/// busy for seconds, so the listing is retried as a controller would.
+async fn owned(p: &AwsProvider) -> Vec<machine_core::Machine> {
+    RetryPolicy::default()
+        .retry("list", || p.owned_instances())
         .await
-        .unwrap_or_else(|e| panic!("a machine failed: {e:#}"));
-    start.elapsed()
+        .expect("listing the owner's instances")
 }
 
 /// Instances of `p`'s owner that are not terminated or shutting down.
 async fn live(p: &AwsProvider) -> usize {
-    p.owned_instances()
+    owned(p)
         .await
-        .unwrap()
         .iter()
         .filter(|m| !matches!(m.phase, Phase::Deleting | Phase::Deleted))
         .count()
@@ -123,3 +150,104 @@ async fn a_fleet_lifecycle_costs_five_calls_per_machine() {
         total as f64 / n
     );
 }
+
+/// The fleet of issue 12 through EC2's own token buckets (sizes as documented, refills
+/// ten times faster so that what takes EC2 about ten minutes, 1,000 launches at two a
+/// second, takes one here). The provider's client paces itself after the first
+/// `RequestLimitExceeded` (the SDK's adaptive rate limiter, src/client.rs), so the
+/// refusals stay a small share of the calls and no machine runs out of retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_machines_converge_through_ec2_token_buckets() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 22).await;
+    proxy.set_throttling(Some(Throttling::ec2(SPEED)));
+    let owner = common::owner("buckets");
+    let config = common::config(&proxy.endpoint, &owner)
+        .host_key_discovery(false)
+        .build()
+        .unwrap();
+    let p = Arc::new(AwsProvider::new(config).await.unwrap());
+    let count = 1000;
+    let (wall, failures) = fleet_outcomes(&p, count, 64).await;
+    proxy.set_throttling(None);
+    let throttled = proxy.total_throttled();
+    eprintln!(
+        "{count} machines in {wall:.1?}: {} calls, {throttled} RequestLimitExceeded \
+         (RunInstances {}, TerminateInstances {}, DescribeInstances {}), {} failed",
+        proxy.total_seen(),
+        proxy.throttled("RunInstances"),
+        proxy.throttled("TerminateInstances"),
+        proxy.throttled("DescribeInstances"),
+        failures.len(),
+    );
+    let permanent = failures
+        .iter()
+        .filter(|e| {
+            e.downcast_ref::<machine_core::Error>()
+                .is_some_and(|e| e.kind() == ErrorKind::Permanent)
+        })
+        .count();
+    assert_eq!(permanent, 0, "permanent failures: {:?}", failures.first());
+    assert!(
+        failures.is_empty(),
+        "{} machines did not converge, the first: {:#}",
+        failures.len(),
+        failures[0]
+    );
+    // Exactly one launch reached moto per machine: no duplicate.
+    assert_eq!(proxy.forwarded("RunInstances"), count, "a launch too many");
+    // What moto itself holds, asked without the proxy or the provider.
+    let held = moto_instances(&moto.endpoint, &owner).await;
+    let names: HashSet<&str> = held.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(held.len(), count, "instances of the owner (any state)");
+    assert_eq!(names.len(), count, "one instance per name");
+    let live: Vec<_> = held.iter().filter(|(_, s)| s != "terminated").collect();
+    assert!(live.is_empty(), "instances left: {live:?}");
+    assert!(
+        throttled > 0,
+        "the buckets never ran dry: the test proves nothing"
+    );
+    assert!(
+        throttled <= MAX_THROTTLED,
+        "{throttled} RequestLimitExceeded for {count} machines (at most {MAX_THROTTLED})"
+    );
+}
+
+/// Every instance moto holds with `owner`'s tag: its `Name` tag and state, listed in
+/// pages of 100 (one answer with a thousand instances can take moto over 20 s).
+async fn moto_instances(endpoint: &str, owner: &str) -> Vec<(String, String)> {
+    let sdk = common::sdk(endpoint).await;
+    let filter = Filter::builder()
+        .name(format!("tag:{OWNER_TAG}"))
+        .values(owner)
+        .build();
+    let pages: Vec<_> = sdk
+        .describe_instances()
+        .filters(filter)
+        .max_results(100)
+        .into_paginator()
+        .send()
+        .collect()
+        .await;
+    let mut out = Vec::new();
+    for page in pages {
+        let page = page.expect("listing moto's instances");
+        for i in page.reservations().iter().flat_map(|r| r.instances()) {
+            let name = i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some("Name"))
+                .and_then(|t| t.value())
+                .unwrap_or_default();
+            let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
+            out.push((name.to_owned(), state.unwrap_or_default().to_owned()));
+        }
+    }
+    out
+}
+
+/// How much faster than EC2's the proxy's buckets refill.
+const SPEED: f64 = 10.0;
+
+/// The most `RequestLimitExceeded` answers the 1,000-machine fleet may get.
+const MAX_THROTTLED: usize = 1000;

@@ -50,34 +50,78 @@ pub struct Faults {
 }
 
 /// EC2's API throttling as documented in "Request throttling for the Amazon EC2 API"
-/// (docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html): a token bucket
-/// per API, sized and refilled by the API's category, and for the actions that launch
-/// or terminate instances a second bucket counting instances. A request that finds a
-/// bucket short is refused with 503 `RequestLimitExceeded` and takes no token.
+/// (<https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html>, tables
+/// "Request token bucket sizes and refill rates" and "Resource token bucket sizes and
+/// refill rates"): a token bucket per API, sized and refilled by the API's category
+/// (or its own row among the uncategorized actions), and for the actions that launch,
+/// start, stop or terminate instances a second bucket counting instances. A request
+/// that finds a bucket short is refused with 503 `RequestLimitExceeded` and takes no
+/// token. The figures (maximum capacity, refill per second):
 ///
-/// | bucket (per API) | size | refill per second |
+/// | bucket (one per API) | size | refill |
 /// |---|---|---|
-/// | non-mutating (Describe*, GetConsoleOutput) | 100 | 20 |
-/// | unfiltered and unpaginated non-mutating | 50 | 10 |
-/// | mutating (RunInstances, TerminateInstances, ...) | 50 | 5 |
-/// | RunInstances, instances launched | 1000 | 2 |
-/// | TerminateInstances, instances terminated | 1000 | 20 |
+/// | non-mutating (`Describe*`, `Get*`, `List*`, `Search*`) | 100 | 20 |
+/// | unfiltered and unpaginated non-mutating (`DescribeInstances`, `DescribeVolumes` and five more, with neither a filter nor `MaxResults`) | 50 | 10 |
+/// | mutating (`StopInstances`, `RebootInstances`, ...) | 50 | 5 |
+/// | `RunInstances` (uncategorized) | 5 | 2 |
+/// | `StartInstances` (uncategorized) | 5 | 2 |
+/// | `TerminateInstances` (uncategorized) | 100 | 5 |
+/// | `CreateTags`, `DeleteTags` (uncategorized) | 100 | 10 |
+/// | resource: `RunInstances`, `StartInstances` (instances) | 1000 | 2 |
+/// | resource: `TerminateInstances`, `StopInstances` (instances) | 1000 | 20 |
 ///
-/// `speed` multiplies every refill rate and `size` every bucket size, so the ratios
-/// between the buckets stay EC2's while a test runs in seconds what takes minutes on
-/// EC2 (at `speed` 4 the mutating buckets refill 20 a second).
+/// The page does not say whether instance ids count as a filter; a lookup by ids is
+/// taken from the standard bucket here, as ids narrow the answer as a filter does.
+///
+/// Sizes are EC2's; `speed` multiplies every refill rate, so that a test runs in
+/// seconds what takes minutes on EC2 (at `speed` 10, RunInstances refills 20 a second)
+/// while every burst stays what EC2 allows.
 #[derive(Debug, Clone, Copy)]
 pub struct Throttling {
-    /// Factor on every refill rate.
+    /// Factor on every refill rate (1.0: EC2's).
     pub speed: f64,
-    /// Factor on every bucket size.
-    pub size: f64,
 }
 
 impl Throttling {
-    /// EC2's buckets with refills `speed` times faster and sizes times `size`.
-    pub fn ec2(speed: f64, size: f64) -> Throttling {
-        Throttling { speed, size }
+    /// EC2's buckets with refills `speed` times faster.
+    pub fn ec2(speed: f64) -> Throttling {
+        Throttling { speed }
+    }
+}
+
+/// The request bucket of `action` (its key, size and refill per second) as the EC2
+/// page above lists it; `unfiltered` for a listing with neither filter nor pagination.
+fn request_bucket(action: &str, unfiltered: bool) -> (String, f64, f64) {
+    let non_mutating = ["Describe", "Get", "List", "Search"]
+        .iter()
+        .any(|p| action.starts_with(p));
+    let (size, refill) = match action {
+        "RunInstances" | "StartInstances" => (5.0, 2.0),
+        "TerminateInstances" => (100.0, 5.0),
+        "CreateTags" | "DeleteTags" => (100.0, 10.0),
+        "DescribeInstances"
+        | "DescribeInstanceStatus"
+        | "DescribeNetworkInterfaces"
+        | "DescribeSecurityGroups"
+        | "DescribeSnapshots"
+        | "DescribeSpotInstanceRequests"
+        | "DescribeVolumes"
+            if unfiltered =>
+        {
+            return (format!("{action}/unfiltered"), 50.0, 10.0);
+        }
+        _ if non_mutating => (100.0, 20.0),
+        _ => (50.0, 5.0),
+    };
+    (action.to_owned(), size, refill)
+}
+
+/// The resource bucket of `action` (instances), if it has one.
+fn resource_bucket(action: &str) -> Option<(f64, f64)> {
+    match action {
+        "RunInstances" | "StartInstances" => Some((1000.0, 2.0)),
+        "TerminateInstances" | "StopInstances" => Some((1000.0, 20.0)),
+        _ => None,
     }
 }
 
@@ -117,38 +161,27 @@ impl Buckets {
     /// Takes the tokens `action` needs, or none when a bucket is short.
     fn admit(&mut self, action: &str, body: &[u8]) -> bool {
         let text = std::str::from_utf8(body).unwrap_or("");
-        let mutating = !(action.starts_with("Describe") || action.starts_with("Get"));
-        let unfiltered = action == "DescribeInstances"
-            && !text.contains("Filter.")
+        let unfiltered = !text.contains("Filter.")
             && !text.contains("InstanceId.")
             && !text.contains("MaxResults=");
-        let (key, size, refill) = if mutating {
-            (action.to_owned(), 50.0, 5.0)
-        } else if unfiltered {
-            (format!("{action}/unfiltered"), 50.0, 10.0)
-        } else {
-            (action.to_owned(), 100.0, 20.0)
-        };
+        let (key, size, refill) = request_bucket(action, unfiltered);
         let mut needs = vec![(key, size, refill, 1.0)];
-        match action {
-            "RunInstances" => {
-                let count = form_value(body, "MaxCount")
+        if let Some((size, refill)) = resource_bucket(action) {
+            let count = if action == "RunInstances" {
+                form_value(body, "MaxCount")
                     .and_then(|c| c.parse::<f64>().ok())
-                    .unwrap_or(1.0);
-                needs.push(("RunInstances/instances".into(), 1000.0, 2.0, count));
-            }
-            "TerminateInstances" => {
-                let count = text.matches("InstanceId.").count().max(1) as f64;
-                needs.push(("TerminateInstances/instances".into(), 1000.0, 20.0, count));
-            }
-            _ => {}
+                    .unwrap_or(1.0)
+            } else {
+                text.matches("InstanceId.").count().max(1) as f64
+            };
+            needs.push((format!("{action}/instances"), size, refill, count));
         }
-        let rules = self.rules;
+        let speed = self.rules.speed;
         for (key, size, refill, cost) in &needs {
             let b = self
                 .buckets
                 .entry(key.clone())
-                .or_insert_with(|| Bucket::new(size * rules.size, refill * rules.speed));
+                .or_insert_with(|| Bucket::new(*size, refill * speed));
             b.refill();
             if b.tokens < *cost {
                 return false;
