@@ -96,9 +96,13 @@ fn layers() -> Vec<(&'static str, Vec<Recipe>)> {
             "dnf",
             vec![
                 Packages::dnf([Package::pinned("kubectl", "1.31.2")]).into(),
-                DnfRepository::new("example", "https://rpm.example.invalid/el/$releasever/", PGP)
-                    .with_name("Example packages")
-                    .into(),
+                DnfRepository::new(
+                    "example",
+                    "https://rpm.example.invalid/el/$releasever/",
+                    PGP,
+                )
+                .with_name("Example packages")
+                .into(),
             ],
         ),
         (
@@ -143,7 +147,10 @@ fn rendered_layers_match_the_pinned_output_byte_for_byte() {
                 continue;
             }
             let pinned = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-                panic!("cannot read {}: {e}; write it with RECIPES_WRITE_PINNED=1", path.display())
+                panic!(
+                    "cannot read {}: {e}; write it with RECIPES_WRITE_PINNED=1",
+                    path.display()
+                )
             });
             if pinned != got {
                 differ.push(format!("{file}:\n--- pinned\n{pinned}\n--- now\n{got}"));
