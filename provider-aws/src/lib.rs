@@ -99,8 +99,8 @@
 //! above stays as configured. RunInstances, TerminateInstances, StartInstances,
 //! StopInstances and RebootInstances each have their own limiter, the `Describe*` and
 //! `Get*` calls share one: a throttled launch does not slow the fleet's lookups. A
-//! fleet of 1,000 through EC2's buckets converges with no failure and about one
-//! throttled launch in ten (tests/fleet.rs).
+//! fleet of 1,000 through EC2's buckets converges with no failure and 5-10 throttled
+//! launches in a hundred (tests/fleet.rs).
 //!
 //! ## Limits checked before any call
 //! User data over 16,384 bytes (counted before base64, as EC2 counts; gzip-compressed
