@@ -10,39 +10,15 @@
 
 use std::time::Instant;
 
-use recipes::{
-    Account, Directory, DropIn, File, Hostname, KernelModules, LineInFile, Package, Packages,
-    RecipeLayer, Sysctl, SystemdUnit, Timezone,
-};
+use recipes::RecipeLayer;
 
-const KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBm9yXk2nL3sWq0cJ8pHh6YfTzQe1nM5bVrX2aD4uKgE ops@laptop";
+// The layer the pinned-output test checks; its `KEY` is used there, not here.
+#[allow(dead_code)]
+#[path = "../bench/layer.rs"]
+mod shared;
 
 fn layer(i: usize) -> machine_core::Result<RecipeLayer> {
-    // Each machine's layer differs (host name, file content), so nothing is shared.
-    RecipeLayer::new(
-        "base",
-        vec![
-            Hostname::new(format!("web-{i}")).into(),
-            Timezone::new("Europe/Paris").into(),
-            Account::admin("ops", [KEY]).with_group("deploy").into(),
-            Packages::apt([Package::pinned("nginx", "1.22.1-9"), Package::new("curl")]).into(),
-            File::new("/etc/app/app.conf", format!("port = 8080\nid = {i}\n"))
-                .with_mode(0o640)
-                .with_owner("ops:deploy")
-                .into(),
-            Directory::new("/srv/app").with_owner("ops").into(),
-            LineInFile::new("/etc/motd", format!("machine {i}")).into(),
-            SystemdUnit::new(
-                "app.service",
-                "[Service]\nExecStart=/usr/bin/app\n[Install]\nWantedBy=multi-user.target\n",
-            )
-            .with_drop_in(DropIn::new("limits", "[Service]\nLimitNOFILE=65536\n"))
-            .into(),
-            Sysctl::new("90-app", [("net.ipv4.ip_forward", "1")]).into(),
-            KernelModules::new("app", ["overlay", "br_netfilter"]).into(),
-        ],
-    )
+    RecipeLayer::new("base", shared::bench_layer(i))
 }
 
 /// This thread's CPU time in seconds (Linux's schedstat): the figure for "one core" on a

@@ -10,39 +10,17 @@
 use std::path::PathBuf;
 
 use recipes::{
-    Account, ApkRepository, AptRepository, Containerd, Directory, DnfRepository, DropIn, File,
-    Group, Hostname, KernelModules, LineInFile, Package, PackageFamily, Packages, Recipe,
-    RecipeLayer, SUDO_ALL_NOPASSWD, SwapOff, Sysctl, SystemdUnit, Timezone, ZypperRepository,
+    Account, ApkRepository, AptRepository, Containerd, Directory, DnfRepository, File, Group,
+    KernelModules, LineInFile, Package, PackageFamily, Packages, Recipe, RecipeLayer,
+    SUDO_ALL_NOPASSWD, SwapOff, Sysctl, SystemdUnit, ZypperRepository,
 };
 
-const KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBm9yXk2nL3sWq0cJ8pHh6YfTzQe1nM5bVrX2aD4uKgE ops@laptop";
 const PGP: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZXhhbXBsZQ==\n=abcd\n-----END PGP PUBLIC KEY BLOCK-----\n";
 const PEM: &str = "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAexample\n-----END PUBLIC KEY-----\n";
 
-/// The layer of `examples/bench_recipes.rs` for machine `i`.
-fn bench_layer(i: usize) -> Vec<Recipe> {
-    vec![
-        Hostname::new(format!("web-{i}")).into(),
-        Timezone::new("Europe/Paris").into(),
-        Account::admin("ops", [KEY]).with_group("deploy").into(),
-        Packages::apt([Package::pinned("nginx", "1.22.1-9"), Package::new("curl")]).into(),
-        File::new("/etc/app/app.conf", format!("port = 8080\nid = {i}\n"))
-            .with_mode(0o640)
-            .with_owner("ops:deploy")
-            .into(),
-        Directory::new("/srv/app").with_owner("ops").into(),
-        LineInFile::new("/etc/motd", format!("machine {i}")).into(),
-        SystemdUnit::new(
-            "app.service",
-            "[Service]\nExecStart=/usr/bin/app\n[Install]\nWantedBy=multi-user.target\n",
-        )
-        .with_drop_in(DropIn::new("limits", "[Service]\nLimitNOFILE=65536\n"))
-        .into(),
-        Sysctl::new("90-app", [("net.ipv4.ip_forward", "1")]).into(),
-        KernelModules::new("app", ["overlay", "br_netfilter"]).into(),
-    ]
-}
+#[path = "../bench/layer.rs"]
+mod layer;
+use layer::{KEY, bench_layer};
 
 /// Every other kind of recipe, with quoting-worthy values (a `'`, spaces, a newline).
 fn other_kinds() -> Vec<Recipe> {
