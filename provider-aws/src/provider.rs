@@ -574,6 +574,16 @@ impl MachineProvisioner for AwsProvider {
                     since = Instant::now();
                     continue 'lookup;
                 }
+                // A launch ending late in its token's epoch would wait `late_wait`
+                // after it; waiting for the next epoch costs far less.
+                if self.config.client_tokens == ClientTokens::Honoured
+                    && let Some(wait) = token::defer_launch(listed_at, unix_now())
+                {
+                    tracing::debug!(machine = %spec.name, wait_ms = wait.as_millis() as u64, "launch would end late in its token epoch; waiting for the next");
+                    tokio::time::sleep(wait).await;
+                    since = Instant::now();
+                    continue 'lookup;
+                }
                 let token_text = token.to_string();
                 let launch = Launch {
                     image: &plan.image,

@@ -45,6 +45,12 @@
 //! newest epoch it sees, which is never late towards an even later one unless that one
 //! exists and is seen too. On an endpoint that ignores tokens (moto) every create
 //! settles by the oldest launch instead (`create`, `ClientTokens::Ignored`).
+//!
+//! A create does not launch late when it can help it: when its launch would be
+//! acknowledged within [`LATE_MARGIN`] (plus [`LAUNCH_ALLOWANCE`] for the call) of its
+//! listing's epoch end, it waits for the next epoch and lists again
+//! ([`defer_launch`]): at most 15 s instead of [`late_wait`] (80 s by default) after
+//! the launch. Only a launch slower than the allowance still ends late and settles.
 
 use std::time::Duration;
 
@@ -75,12 +81,31 @@ pub(crate) const LISTING_FRESH_FOR: Duration = Duration::from_secs(10);
 /// The longest the SDK's backoff waits between two attempts of one call.
 const SDK_MAX_BACKOFF: Duration = Duration::from_secs(20);
 
+/// How long a RunInstances is expected to take to be acknowledged, when a create
+/// decides whether to send it now or after its token's epoch ([`defer_launch`]).
+const LAUNCH_ALLOWANCE: Duration = Duration::from_secs(5);
+
+/// The end of the epoch in which a listing started at `listing_start` (Unix time).
+fn epoch_end(listing_start: Duration) -> Duration {
+    Duration::from_secs((listing_start.as_secs() / EPOCH_SECS + 1) * EPOCH_SECS)
+}
+
 /// Whether a create whose listing started at `listing_start` and whose RunInstances
 /// was acknowledged at `acked` (both since the Unix epoch) must look for a rival
 /// launch: whether it is *late* in the module docs' sense.
 pub(crate) fn is_late(listing_start: Duration, acked: Duration) -> bool {
-    let epoch_end = Duration::from_secs((listing_start.as_secs() / EPOCH_SECS + 1) * EPOCH_SECS);
-    acked + LATE_MARGIN > epoch_end
+    acked + LATE_MARGIN > epoch_end(listing_start)
+}
+
+/// Whether a create holding a listing started at `listing_start` should hold its
+/// launch at `now` (both Unix time): `None` to launch now, or how long to wait before
+/// listing again when a launch sent now would likely be acknowledged late (then the
+/// next listing, and so the token, is of the next epoch, and the launch early in it).
+pub(crate) fn defer_launch(listing_start: Duration, now: Duration) -> Option<Duration> {
+    let end = epoch_end(listing_start);
+    // A little past the end, so that the next listing surely starts in the next epoch.
+    (now + LATE_MARGIN + LAUNCH_ALLOWANCE > end)
+        .then(|| end.saturating_sub(now) + Duration::from_millis(100))
 }
 
 /// How long after its acknowledgement a late create waits before its lookup. A rival
@@ -250,5 +275,32 @@ mod tests {
         // The wait covers two visibility lags, the answer's age and two calls' attempts.
         assert_eq!(late_wait(1, secs(30)), secs(80));
         assert_eq!(late_wait(2, secs(30)), secs(180));
+    }
+
+    #[test]
+    fn a_launch_that_would_end_late_waits_for_the_next_epoch() {
+        let secs = Duration::from_secs;
+        let start = secs(1_800_000_000);
+        let end = start + secs(EPOCH_SECS);
+        // Well inside the epoch: launch now.
+        assert_eq!(defer_launch(start, start + secs(1)), None);
+        assert_eq!(
+            defer_launch(start, end - LATE_MARGIN - LAUNCH_ALLOWANCE),
+            None
+        );
+        // Close to the end: wait until just past it, then list again.
+        let now = end - secs(12);
+        let wait = defer_launch(start + secs(580), now).expect("deferred");
+        assert!(now + wait > end && now + wait < end + secs(1), "{wait:?}");
+        // The next listing's epoch is the next one, and a launch right after it is early.
+        assert!(!is_late(now + wait, now + wait + LAUNCH_ALLOWANCE));
+        // A listing of the previous epoch used after its end: list again at once.
+        assert!(defer_launch(end - secs(2), end + secs(3)).unwrap() < secs(1));
+        // Whatever is not deferred and acknowledged within the allowance is early.
+        for at in (0..EPOCH_SECS).map(secs) {
+            if defer_launch(start, start + at).is_none() {
+                assert!(!is_late(start, start + at + LAUNCH_ALLOWANCE), "{at:?}");
+            }
+        }
     }
 }
