@@ -45,7 +45,9 @@ fn check_path(path: &str) -> Result<()> {
 /// `cd` and checked to be ours and to sit in the target directory; owner and mode are
 /// set there, and the file is renamed over the final name (`mv -T`: a symlink there is
 /// replaced, never written through). Private directories left by uploads whose shell
-/// died (a dropped connection) are removed by the next upload of the same file.
+/// died (a dropped connection) are removed by the next upload of the same file; a shell
+/// that is a zombie (killed, its session gone, not yet reaped) counts as dead, since
+/// `kill -0` alone would keep its directory until the reaper ran.
 fn upload_script(file: &FileUpload, sha256: &str) -> Result<String> {
     check_path(&file.path)?;
     if file.mode > 0o7777 {
@@ -77,10 +79,16 @@ mkdir -p -- "$d"
 umask 077
 cd -P -- "$d"
 D=$(pwd -P)
+alive() {{
+  kill -0 "$1" 2>/dev/null || return 1
+  [ -r "/proc/$1/stat" ] || return 0
+  p=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 0
+  [ "${{p%% *}}" != Z ]
+}}
 for x in ."$b".bssh-*; do
   [ -d "$x" ] && [ ! -L "$x" ] && [ -O "$x" ] || continue
   o=${{x#."$b".bssh-}}; o=${{o%%.*}}
-  kill -0 "$o" 2>/dev/null || rm -rf -- "$x" 2>/dev/null || true
+  alive "$o" || rm -rf -- "$x" 2>/dev/null || true
 done
 t=$(mktemp -d -- ".$b.bssh-$$.XXXXXXXXXX")
 f=
