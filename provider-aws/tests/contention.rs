@@ -35,7 +35,14 @@ async fn live(p: &AwsProvider) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_controllers_with_different_specs_make_one_instance_per_name() {
     let moto = Moto::start();
-    let proxy = FaultProxy::start(moto.addr, Faults::default(), 11).await;
+    // Listings answer with the state of 1.5 s before (EC2's eventual consistency), so
+    // the two controllers' first lookups, made at once, both show the names free and
+    // both launch: the race the token must settle, not left to the scheduler.
+    let faults = Faults {
+        listing_lag: Duration::from_millis(1500),
+        ..Faults::default()
+    };
+    let proxy = FaultProxy::start(moto.addr, faults, 11).await;
     let owner = common::owner("disagree");
     // Two versions of a controller during a rolling upgrade: same owner, other size.
     let old = Arc::new(common::provider_via_proxy(&proxy.endpoint, &owner).await);
@@ -71,6 +78,11 @@ async fn two_controllers_with_different_specs_make_one_instance_per_name() {
     let names: HashSet<&str> = standing.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names.len(), 50, "names without a machine");
     assert_eq!(standing.len(), 50, "duplicates left running: {standing:?}");
+    eprintln!(
+        "{} conflicts reported, {} launches refused",
+        conflicts.len(),
+        proxy.mismatched()
+    );
     assert!(
         !conflicts.is_empty(),
         "no controller was told about the other's spec; {} launches were refused",

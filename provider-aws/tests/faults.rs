@@ -38,6 +38,7 @@ async fn a_fleet_of_50_converges_through_faults_without_duplicates_or_leaks() {
         drop_after: 0.04,
         delay: 0.02,
         delay_for: Duration::from_secs(2),
+        ..Faults::default()
     };
     let proxy = FaultProxy::start(moto.addr, faults, 5).await;
     let owner = common::owner("fleet");

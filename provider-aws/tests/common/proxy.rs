@@ -47,6 +47,10 @@ pub struct Faults {
     pub delay: f64,
     /// How long a delayed request waits.
     pub delay_for: Duration,
+    /// How long a filtered DescribeInstances answer is held after moto gave it: EC2's
+    /// eventual consistency, where a listing shows the state of some time before its
+    /// answer arrives (the provider assumes at most `token::VISIBILITY_LAG`, 5 s).
+    pub listing_lag: Duration,
 }
 
 /// EC2's API throttling as documented in "Request throttling for the Amazon EC2 API"
@@ -484,9 +488,9 @@ async fn handle(
     let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
     let action = form_value(&body, "Action").unwrap_or("").to_owned();
     *st.seen.lock().unwrap().entry(action.clone()).or_default() += 1;
-    if action == "DescribeInstances"
-        && std::str::from_utf8(&body).is_ok_and(|b| b.contains("Filter."))
-    {
+    let filtered_listing = action == "DescribeInstances"
+        && std::str::from_utf8(&body).is_ok_and(|b| b.contains("Filter."));
+    if filtered_listing {
         st.filtered.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -593,6 +597,10 @@ async fn handle(
     }
     if fault == Fault::DropAfter {
         return Err(io::Error::other("injected: answer lost"));
+    }
+    if filtered_listing {
+        let lag = st.faults.lock().unwrap().listing_lag;
+        tokio::time::sleep(lag).await;
     }
     Ok(Response::from_parts(rparts, Full::new(rbody)))
 }
