@@ -198,7 +198,10 @@ impl Engine for NamespaceEngine {
     }
 
     fn remove_network(&self, n: &Network) -> Result<()> {
-        ip(&["link", "del", &n.bridge], &["Cannot find device"])
+        ip(
+            &["link", "del", &n.bridge],
+            &["Cannot find device", "No such device"],
+        )
     }
 
     fn write_file(&self, dir: &Path, path: &str, bytes: &[u8], mode: u32) -> Result<()> {
@@ -361,6 +364,12 @@ impl Engine for NamespaceEngine {
         self.halt(r)?;
         // Deleting the namespace deletes its end of the veth pair and so both ends.
         ip(&["netns", "del", &r.netns()], &["No such file"])?;
-        ip(&["link", "del", &r.host_veth()], &["Cannot find device"])
+        // The kernel removes the pair asynchronously after the namespace: the link can
+        // vanish between ip's lookup of the name ("Cannot find device") and its delete
+        // ("No such device"); either way it is gone.
+        ip(
+            &["link", "del", &r.host_veth()],
+            &["Cannot find device", "No such device"],
+        )
     }
 }
