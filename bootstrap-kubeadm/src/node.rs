@@ -60,6 +60,8 @@ impl Role {
 ///     format!("sha256:{}", "0".repeat(64)),
 /// )
 /// .with_family(recipes::PackageFamily::Dnf)
+/// // pkgs.k8s.io's repository key, checked by the machine (shortened here).
+/// .with_rpm_key("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZXhhbXBsZQ==\n-----END PGP PUBLIC KEY BLOCK-----\n")
 /// .with_label("pool", "general")
 /// .layer("kubernetes")?;
 /// let config = node.config(&ProviderId::new("sim:///w-1")?)?;
