@@ -17,6 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "../bench/ansible.rs"]
+mod ansible;
+
 use anyhow::{Context, bail, ensure};
 use bootstrap_ssh::{Auth, HostKeyPin, HostKeyPolicy, SshClient, SshConfig, SshTarget};
 use machine_core::{ExecRequest, FileUpload, Transport};
@@ -231,29 +234,18 @@ fn bench_ansible(
     payload_path: &Path,
 ) -> anyhow::Result<()> {
     let adir = dir.join("ansible");
-    std::fs::create_dir_all(adir.join("cp"))?;
-    let mut inv = String::from("[targets]\n");
-    for (i, t) in targets.iter().enumerate() {
-        inv.push_str(&format!(
-            "t{i} ansible_host=127.0.0.1 ansible_port={} dest={}\n",
-            t.port,
-            dest(dir, "ansible", i)
-        ));
-    }
-    inv.push_str(&format!(
-        "[targets:vars]\nansible_user=root\nansible_python_interpreter=/usr/bin/python3\nansible_ssh_private_key_file={}\n",
-        key.display()
-    ));
-    std::fs::write(adir.join("inventory"), inv)?;
-    std::fs::write(
-        adir.join("ansible.cfg"),
-        format!(
-            "[defaults]\nforks = 50\nhost_key_checking = True\ngathering = explicit\nretry_files_enabled = False\nstdout_callback = default\n\
-             [ssh_connection]\npipelining = True\ncontrol_path_dir = {cp}\nssh_args = -F /dev/null -o ControlMaster=auto -o ControlPersist=60s -o KexAlgorithms=curve25519-sha256 -o UserKnownHostsFile={kh} -o StrictHostKeyChecking=yes\n",
-            cp = adir.join("cp").display(),
-            kh = kh.display()
-        ),
-    )?;
+    let hosts: Vec<String> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            format!(
+                "t{i} ansible_host=127.0.0.1 ansible_port={} dest={}",
+                t.port,
+                dest(dir, "ansible", i)
+            )
+        })
+        .collect();
+    ansible::write_setup(&adir, &hosts, key, kh)?;
     let mut tasks = format!(
         "    - copy: {{src: {}, dest: \"{{{{ dest }}}}\"}}\n",
         payload_path.display()

@@ -32,6 +32,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "../../bench/ansible.rs"]
+mod ansible;
+
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, CloudInitStatus, WriteFile};
 use bootstrap_ssh::{Auth, HostKeyPolicy, SshConfig, SshConnector};
 use machine_core::steps::StepLayer;
@@ -261,27 +264,12 @@ fn ansible_bin() -> PathBuf {
 }
 
 fn write_ansible(dir: &Path, key: &Path, kh: &Path, machines: &[Machine], nginx: &str) -> Res<()> {
-    std::fs::create_dir_all(dir.join("cp"))?;
-    let mut inv = String::from("[targets]\n");
+    let mut hosts = Vec::new();
     for (i, m) in machines.iter().enumerate() {
         let host = &m.access.ssh.as_ref().ok_or("a machine without SSH")?.host;
-        let _ = writeln!(inv, "a{i} ansible_host={host} hn=web-{i} idx={i}");
+        hosts.push(format!("a{i} ansible_host={host} hn=web-{i} idx={i}"));
     }
-    let _ = write!(
-        inv,
-        "[targets:vars]\nansible_user=root\nansible_python_interpreter=/usr/bin/python3\nansible_ssh_private_key_file={}\n",
-        key.display()
-    );
-    std::fs::write(dir.join("inventory"), inv)?;
-    std::fs::write(
-        dir.join("ansible.cfg"),
-        format!(
-            "[defaults]\nforks = 50\nhost_key_checking = True\ngathering = explicit\nretry_files_enabled = False\nstdout_callback = default\n\
-             [ssh_connection]\npipelining = True\ncontrol_path_dir = {cp}\nssh_args = -F /dev/null -o ControlMaster=auto -o ControlPersist=60s -o KexAlgorithms=curve25519-sha256 -o UserKnownHostsFile={kh} -o StrictHostKeyChecking=yes\n",
-            cp = dir.join("cp").display(),
-            kh = kh.display()
-        ),
-    )?;
+    ansible::write_setup(dir, &hosts, key, kh)?;
     std::fs::write(dir.join("play.yml"), playbook(nginx))?;
     Ok(())
 }
