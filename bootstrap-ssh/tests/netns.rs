@@ -343,17 +343,31 @@ async fn a_session_killed_mid_upload_fails_at_once_and_the_retry_cleans_up() {
             descendants(c, out);
         }
     }
+    fn signal(sig: &str, pids: &[u32]) {
+        let mut kill = std::process::Command::new("kill");
+        kill.arg(sig).args(pids.iter().map(u32::to_string));
+        let _ = kill.status();
+    }
+    // Freeze the whole tree first: killed one by one, the session would die before the
+    // shell, whose `cat` then sees end of input and whose trap cleans up, which is not
+    // the case under test. Stopped processes neither run nor fork, so rescan until no
+    // new one appears, then kill them all.
     let mut doomed = Vec::new();
-    descendants(sshd.pid(), &mut doomed);
+    loop {
+        let mut now = Vec::new();
+        descendants(sshd.pid(), &mut now);
+        let fresh: Vec<u32> = now.into_iter().filter(|p| !doomed.contains(p)).collect();
+        if fresh.is_empty() {
+            break;
+        }
+        signal("-STOP", &fresh);
+        doomed.extend(fresh);
+    }
     assert!(
         doomed.len() >= 2,
         "a session and its shell exist: {doomed:?}"
     );
-    for pid in &doomed {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
+    signal("-KILL", &doomed);
     let cut = Instant::now();
     let e = tokio::time::timeout(Duration::from_secs(10), upload)
         .await
