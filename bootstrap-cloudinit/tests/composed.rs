@@ -387,6 +387,16 @@ async fn a_failed_script_gives_phone_home_failed_with_cloud_init_own_lines() {
     compose_boot_and_check(&specs, CheckKind::PhoneHome).await;
 }
 
+/// A lone script is the whole user data unless it goes as a multipart: cloud-init
+/// would then report it as `part-001`, not by its layer (proptest found this).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_failing_steps_layer_is_named_in_every_verdict() {
+    for kind in [CheckKind::Status, CheckKind::Sentinel, CheckKind::PhoneHome] {
+        let specs = vec![Spec::new(Kind::Steps, "zz-finish").failing()];
+        compose_boot_and_check(&specs, kind).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_command_mid_runcmd_gives_every_check_failed() {
     for kind in [CheckKind::Status, CheckKind::Sentinel, CheckKind::PhoneHome] {

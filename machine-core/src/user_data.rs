@@ -279,13 +279,18 @@ impl fmt::Debug for UserDataPart {
 /// so it must be on every part after the first; it is on all of them.
 pub const MERGE_TYPE: &str = "list(append)+dict(no_replace,recurse_list)+str()";
 
-/// Joins parts into one user data: a single plain part is passed through as it is;
-/// several (or one with extra headers) become a MIME multipart like `cloud-init devel
-/// make-mime` builds, with [`MERGE_TYPE`] on each cloud-config and Jinja part that has
+/// Joins parts into one user data: a single plain part is passed through as it is,
+/// unless it is a script or boothook; several (or one with extra headers, or a lone
+/// script) become a MIME multipart like `cloud-init devel make-mime` builds, with [`MERGE_TYPE`] on each cloud-config and Jinja part that has
 /// no `Merge-Type` of its own, and each file name prefixed with the part's zero-padded
 /// index (`00-base.sh`, `01-app.sh`, ...) so that cloud-init runs scripts in the given
 /// order. A part whose format has no MIME type (Ignition, PowerShell, raw) cannot share
 /// user data with others: that is an invalid-spec error naming the part.
+///
+/// Why a lone script goes as a multipart of one: cloud-init names a script that is the
+/// whole user data `part-001`, so when it fails, its report (and the composer's
+/// verdict) could not say which layer's script it was; in a multipart it keeps its
+/// file name.
 pub fn assemble(parts: &[UserDataPart]) -> Result<Option<UserData>> {
     for (i, part) in parts.iter().enumerate() {
         part.check_headers()
@@ -293,7 +298,15 @@ pub fn assemble(parts: &[UserDataPart]) -> Result<Option<UserData>> {
     }
     match parts {
         [] => Ok(None),
-        [one] if one.headers.is_empty() => Ok(Some(UserData::new(one.format, one.content.clone()))),
+        [one]
+            if one.headers.is_empty()
+                && !matches!(
+                    one.format,
+                    UserDataFormat::ShellScript | UserDataFormat::CloudBoothook
+                ) =>
+        {
+            Ok(Some(UserData::new(one.format, one.content.clone())))
+        }
         many => Ok(Some(UserData::new(UserDataFormat::Mime, multipart(many)?))),
     }
 }
@@ -468,10 +481,26 @@ mod tests {
 
     #[test]
     fn one_plain_part_passes_through() {
-        let part = UserDataPart::new(UserDataFormat::ShellScript, "a.sh", "#!/bin/sh\necho hi\n");
+        let part = UserDataPart::new(
+            UserDataFormat::CloudConfig,
+            "a.yaml",
+            "#cloud-config\nhostname: a\n",
+        );
         let ud = assemble(&[part]).unwrap().unwrap();
-        assert_eq!(ud.format, UserDataFormat::ShellScript);
-        assert_eq!(ud.bytes, b"#!/bin/sh\necho hi\n");
+        assert_eq!(ud.format, UserDataFormat::CloudConfig);
+        assert_eq!(ud.bytes, b"#cloud-config\nhostname: a\n");
+    }
+
+    #[test]
+    fn one_script_keeps_its_name_in_a_multipart() {
+        for format in [UserDataFormat::ShellScript, UserDataFormat::CloudBoothook] {
+            let part = UserDataPart::new(format, "app.sh", "#!/bin/sh\necho hi\n");
+            let ud = assemble(&[part]).unwrap().unwrap();
+            assert_eq!(ud.format, UserDataFormat::Mime, "{format:?}");
+            let text = String::from_utf8(ud.bytes).unwrap();
+            assert!(text.contains("filename=\"00-app.sh\""), "{text}");
+            assert!(text.contains("echo hi"), "{text}");
+        }
     }
 
     #[test]
@@ -639,11 +668,12 @@ mod tests {
             noise.clone(),
         )];
         let ud = assemble(&parts).unwrap().unwrap();
+        let size = ud.bytes.len();
         let e = fit(ud, &parts, &delivery(16 * 1024, true)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidSpec);
         assert_eq!(e.field(), Some("userData"));
         let msg = e.to_string();
-        assert!(msg.contains("40000 bytes"), "{msg}");
+        assert!(msg.contains(&format!("{size} bytes")), "{msg}");
         assert!(msg.contains("after gzip"), "{msg}");
         assert!(msg.contains("16384"), "{msg}");
         assert!(msg.contains("noise.sh (40000 B)"), "{msg}");
