@@ -60,6 +60,10 @@ pub struct AwsProvider {
     view: FleetView,
     /// The name of each instance a name lookup showed (bounded by [`NAMES_REMEMBERED`]).
     names: Mutex<HashMap<String, MachineName>>,
+    /// The client token of this provider's latest launch of each name (bounded like
+    /// `names`): name lookups leave terminated instances out, and with them the tokens
+    /// they hold, so a recreate of a name this provider launched continues from here.
+    tokens: Mutex<HashMap<MachineName, String>>,
 }
 
 impl AwsProvider {
@@ -90,6 +94,7 @@ impl AwsProvider {
             host_keys: Mutex::new(HashMap::new()),
             view: FleetView::default(),
             names: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(HashMap::new()),
         })
     }
 
@@ -147,6 +152,21 @@ impl AwsProvider {
                 names.insert(iid.to_owned(), name.clone());
             }
         }
+    }
+
+    /// Remembers that this provider launched `name` with `token`.
+    fn remember_token(&self, name: &MachineName, token: String) {
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        if tokens.len() > NAMES_REMEMBERED {
+            tokens.clear();
+        }
+        tokens.insert(name.clone(), token);
+    }
+
+    /// The token of this provider's latest launch of `name`, if it remembers one.
+    fn launched_token(&self, name: &MachineName) -> Option<String> {
+        let tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        tokens.get(name).cloned()
     }
 
     fn known_name(&self, id: &str) -> Option<MachineName> {
@@ -223,20 +243,27 @@ impl AwsProvider {
         }
     }
 
-    /// DescribeInstances by the `Name` tags `names` and the owner's tag, following
-    /// pages: what [`FleetView`] batches. The marker tag is checked on the answer
-    /// (`named`), not filtered for: only this library writes the owner tag, and each
-    /// filter is a pass over every instance for the server (a third of a listing's cost
-    /// on moto). The names go first: a server that applies filters in order per
-    /// instance (moto does) then tests the owner only on the few instances of those
-    /// names, not on every instance of the owner (a listing of 12 names among 200
-    /// instances: 69 ms of moto CPU instead of 100 ms).
+    /// DescribeInstances of the instances not terminated with the `Name` tags `names`
+    /// and the owner's tag, following pages: what [`FleetView`] batches.
+    ///
+    /// Terminated instances are left out: EC2 lists them for about an hour, so in a
+    /// fleet that replaces machines they would be most of every answer (and, on a
+    /// server that scans, most of its work: on moto, a listing among 500 instances
+    /// took 260 ms of CPU with them and a tenth of that without). Only a create needs
+    /// them, for the client tokens they hold, and it gets them from
+    /// [`AwsProvider::named_in_any_state`] when a launch shows it must.
+    ///
+    /// The marker tag is checked on the answer (`named`), not filtered for: only this
+    /// library writes the owner tag. Cheap filters go first, the names before the owner:
+    /// a server that applies filters in order per instance (moto does) then reads tags
+    /// only of the few instances left.
     async fn list_names(&self, names: Vec<String>) -> Result<Vec<Instance>> {
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         self.ec2
             .describe(
                 &[],
                 &[
+                    filter("instance-state-name", &LIVE_STATES),
                     filter(&format!("tag:{}", tags::NAME_TAG), &names),
                     filter(&format!("tag:{OWNER_TAG}"), &[self.config.owner.as_str()]),
                 ],
@@ -244,22 +271,44 @@ impl AwsProvider {
             .await
     }
 
-    /// The owned instances named `name`, from a listing that started at or after
-    /// `since` (shared with every other lookup that asked meanwhile).
+    /// The owned instances named `name` in every state EC2 still lists, terminated
+    /// ones included, from a listing of this name alone started now: for a create whose
+    /// client token turned out to be bound already.
+    async fn named_in_any_state(&self, name: &MachineName) -> Result<Named> {
+        let started = Instant::now();
+        let found = self
+            .ec2
+            .describe(
+                &[],
+                &[
+                    filter(&format!("tag:{}", tags::NAME_TAG), &[name.as_str()]),
+                    filter(&format!("tag:{OWNER_TAG}"), &[self.config.owner.as_str()]),
+                ],
+            )
+            .await?;
+        Ok(self.named_from(&found, name, started))
+    }
+
+    /// The owned instances named `name` that are not terminated, from a listing that
+    /// started at or after `since` (shared with every other lookup that asked
+    /// meanwhile).
     async fn named(&self, name: &MachineName, since: Instant) -> Result<Named> {
         let snapshot = self
             .view
             .named(name.as_str(), since, |names| self.list_names(names))
             .await?;
+        Ok(self.named_from(&snapshot.instances, name, snapshot.started))
+    }
+
+    /// The owned instances named `name` among `instances`, listed at `started`.
+    fn named_from(&self, instances: &[Instance], name: &MachineName, started: Instant) -> Named {
         let owner = self.config.owner.as_str();
-        let all: Vec<Instance> = snapshot
-            .instances
+        let all: Vec<Instance> = instances
             .iter()
             .filter(|i| is_owned_by(i, owner) && name_of(i) == Some(name.as_str()))
             .cloned()
             .collect();
         self.remember_names(&all, name);
-        let started = snapshot.started;
         let mut live: Vec<Instance> = all
             .iter()
             .filter(|i| state_name(i).is_some_and(|s| LIVE_STATES.contains(&s)))
@@ -277,7 +326,7 @@ impl AwsProvider {
             };
             key(a).cmp(&key(b))
         });
-        Ok(Named { all, live, started })
+        Named { all, live, started }
     }
 
     /// After a launch, makes sure one machine carries the name, as cheaply as the
@@ -563,12 +612,21 @@ impl MachineProvisioner for AwsProvider {
             };
             // The Unix time the listing started: its epoch is the token's.
             let listed_at = unix_now().saturating_sub(named.started.elapsed());
+            // Terminated holders of this epoch's tokens are not listed; this provider's
+            // own latest launch of the name is remembered.
+            let launched = self.launched_token(&spec.name);
             let mut token = ClientToken::choose(
                 &self.config.owner,
                 spec.name.as_str(),
-                named.all.iter().filter_map(Instance::client_token),
+                named
+                    .all
+                    .iter()
+                    .filter_map(Instance::client_token)
+                    .chain(launched.as_deref()),
                 listed_at.as_secs(),
             );
+            // Whether the name's terminated instances were looked at for their tokens.
+            let mut looked_at_terminated = false;
             // Each turn either launches, adopts, fails, or steps past a token that an
             // earlier generation of this name holds; the tokens ahead are finite (one
             // per launch EC2 remembers), so this ends without a fixed cap.
@@ -607,7 +665,23 @@ impl MachineProvisioner for AwsProvider {
                             )));
                         }
                         tracing::debug!(machine = %spec.name, token = token_text, "client token held by a terminated instance; next generation");
-                        token = token.next();
+                        token = if looked_at_terminated {
+                            token.next()
+                        } else {
+                            // Another controller's generations, not listed: continue
+                            // after the newest of them instead of one call each.
+                            looked_at_terminated = true;
+                            let all = self.named_in_any_state(&spec.name).await?;
+                            ClientToken::choose(
+                                &self.config.owner,
+                                spec.name.as_str(),
+                                all.all
+                                    .iter()
+                                    .filter_map(Instance::client_token)
+                                    .chain([token_text.as_str()]),
+                                listed_at.as_secs(),
+                            )
+                        };
                     }
                     Ok(inst) => {
                         if let Some(iid) = inst.instance_id() {
@@ -615,6 +689,7 @@ impl MachineProvisioner for AwsProvider {
                         }
                         // Its delete then needs no check by id: it is ours, by this name.
                         self.remember_names(std::slice::from_ref(&inst), &spec.name);
+                        self.remember_token(&spec.name, token_text.clone());
                         tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
                         return self.settle(spec, inst, listed_at, &token).await;
                     }
@@ -624,8 +699,10 @@ impl MachineProvisioner for AwsProvider {
                         // this name right now with another spec. A fresh listing tells
                         // which; when it shows no holder, one made after the holder must
                         // be visible settles it (stepping past a live holder would make
-                        // a second instance in the token's epoch).
-                        let mut named = self.named(&spec.name, Instant::now()).await?;
+                        // a second instance in the token's epoch). The holder may be
+                        // terminated: this lookup shows every state.
+                        looked_at_terminated = true;
+                        let mut named = self.named_in_any_state(&spec.name).await?;
                         let shows_holder = |n: &Named| {
                             n.all
                                 .iter()
@@ -633,7 +710,7 @@ impl MachineProvisioner for AwsProvider {
                         };
                         if !shows_holder(&named) && named.live.is_empty() {
                             tokio::time::sleep(token::VISIBILITY_LAG).await;
-                            named = self.named(&spec.name, Instant::now()).await?;
+                            named = self.named_in_any_state(&spec.name).await?;
                         }
                         let holder = named
                             .all
@@ -648,8 +725,18 @@ impl MachineProvisioner for AwsProvider {
                             mark_duplicates(&mut m, &named.live);
                             return Ok(m);
                         }
-                        // Held by a terminated instance, listed or no longer listed.
-                        token = token.next();
+                        // Held by a terminated instance, listed or no longer listed:
+                        // after the newest token of the epoch this lookup shows.
+                        token = ClientToken::choose(
+                            &self.config.owner,
+                            spec.name.as_str(),
+                            named
+                                .all
+                                .iter()
+                                .filter_map(Instance::client_token)
+                                .chain([token_text.as_str()]),
+                            listed_at.as_secs(),
+                        );
                     }
                     Err(e) => return Err(e),
                 }
@@ -825,7 +912,8 @@ impl MachineProvisioner for AwsProvider {
 
 /// What a listing shows of one name.
 struct Named {
-    /// Every instance of the name, in any state EC2 still lists.
+    /// Every instance of the name the listing showed: terminated ones only from
+    /// [`AwsProvider::named_in_any_state`].
     all: Vec<Instance>,
     /// The ones not terminated: those not being terminated first, oldest first.
     live: Vec<Instance>,

@@ -15,12 +15,17 @@
 //!   are `<owner+name digest>-<epoch>-<seq>`. The epoch is the ten-minute span of Unix
 //!   time in which the listing that showed the name free *started*; a create continues
 //!   the sequence of the newest token of that epoch it sees on an instance of the name
-//!   (`seq + 1`), else starts at `seq` 0. EC2 lists terminated instances, with their
-//!   `ClientToken`, for about an hour, so a recreate costs one RunInstances however
-//!   many generations came before; tokens of earlier epochs are never reused, so the
-//!   tokens EC2 holds from days of recreations cost nothing. A token of this epoch
-//!   that EC2 no longer lists is stepped past with one call (EC2 answers with the
-//!   terminated instance, or a mismatch whose holder a lookup shows is not live).
+//!   (`seq + 1`), else starts at `seq` 0. Name lookups leave terminated instances
+//!   out (they would be most of a churning fleet's answers), so a provider also
+//!   counts the token of its own latest launch of the name: its recreates cost one
+//!   RunInstances however many generations came before. When another controller
+//!   launched the newest generations, the token chosen is bound already: EC2
+//!   answers with the terminated instance (or a mismatch whose holder a lookup shows
+//!   is not live), and one lookup of the name in every state (EC2 lists terminated
+//!   instances, with their `ClientToken`, for about an hour) gives the newest token
+//!   to continue from. Tokens of earlier epochs are never reused, so the tokens EC2
+//!   holds from days of recreations cost nothing; a token of this epoch that EC2 no
+//!   longer lists is stepped past with one call.
 //!
 //! # When a create must look for a rival launch
 //!

@@ -152,6 +152,54 @@ async fn a_name_is_recreated_twenty_times_with_one_launch_each() {
     assert!(live(&p).await.is_empty());
 }
 
+/// Name lookups leave terminated instances out, and with them the client tokens they
+/// hold: a provider recreating a name that other replicas of its controller recreated
+/// since its own last launch finds its next token bound, and must continue after the
+/// newest generation with one look at the name's terminated instances, not step
+/// through every generation it missed with a RunInstances each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_taking_turns_recreating_a_name_pay_at_most_one_replay_each() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 13).await;
+    let owner = common::owner("turns");
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(common::provider_via_proxy(&proxy.endpoint, &owner).await);
+    }
+    let spec = common::spec("turns");
+    let rounds = 9;
+    let mut seen = HashSet::new();
+    for round in 0..rounds {
+        let p = &replicas[round % replicas.len()];
+        let m = p
+            .create(&spec, None)
+            .await
+            .unwrap_or_else(|e| panic!("create {round}: {e}"));
+        assert!(
+            seen.insert(m.provider_id.clone()),
+            "create {round} answered with an earlier instance {}",
+            m.provider_id
+        );
+        p.delete(&m.provider_id).await.unwrap();
+    }
+    let launches = proxy.seen("RunInstances") as usize;
+    let replays = proxy.replayed() as usize;
+    eprintln!("{rounds} creates: {launches} RunInstances, {replays} replayed");
+    assert_eq!(
+        launches,
+        rounds + replays,
+        "every other RunInstances launched"
+    );
+    // The first replica's first create replays nothing; each later create at most once
+    // (one more where a ten-minute token epoch ended mid-test would only lower it).
+    assert!(
+        replays < rounds,
+        "{replays} replays in {rounds} creates: generations were stepped one call each"
+    );
+    assert_eq!(proxy.mismatched(), 0);
+    assert!(live(&replicas[0]).await.is_empty());
+}
+
 // ComposerSettings is becoming #[non_exhaustive]: a struct literal would not
 // compile outside machine-core, so fields are set on the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
