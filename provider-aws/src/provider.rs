@@ -248,8 +248,9 @@ impl AwsProvider {
     ///
     /// Terminated instances are left out: EC2 lists them for about an hour, so in a
     /// fleet that replaces machines they would be most of every answer (and, on a
-    /// server that scans, most of its work: on moto, a listing among 500 instances
-    /// took 260 ms of CPU with them and a tenth of that without). Only a create needs
+    /// server that scans, most of its work: on moto, a listing of 12 names among 500
+    /// instances, 468 of them terminated, takes 280 ms of CPU with them and 54 ms
+    /// without; 458 ms with the owner filter first). Only a create needs
     /// them, for the client tokens they hold, and it gets them from
     /// [`AwsProvider::named_in_any_state`] when a launch shows it must.
     ///
