@@ -5,8 +5,8 @@
 //! issue 12: create with 2 KiB of user data, wait until running, terminate, wait until
 //! gone. boto3 and the raw client make the minimal four calls per machine (RunInstances,
 //! DescribeInstances by id until running, TerminateInstances, DescribeInstances by id
-//! until terminated); the provider makes its own (adoption lookups shared across the
-//! fleet, an ownership check before each delete). moto's recorder counts the requests
+//! until terminated); the provider makes its own (name lookups batched across the
+//! fleet, no check by id before deleting an instance it launched). moto's recorder counts the requests
 //! each side sends; each side measures its own CPU time (getrusage of its own process,
 //! moto excluded).
 //!
