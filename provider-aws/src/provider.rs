@@ -301,6 +301,25 @@ impl AwsProvider {
         Ok(self.named_from(&snapshot.instances, name, snapshot.started))
     }
 
+    /// The token to launch `name` with after the listing `named` (started at
+    /// `listed_at`, Unix time) and the token `bound`, known to be bound already (see
+    /// [`ClientToken::choose`]).
+    fn token_after(
+        &self,
+        name: &MachineName,
+        named: &Named,
+        bound: Option<&str>,
+        listed_at: Duration,
+    ) -> ClientToken {
+        let seen = named.all.iter().filter_map(Instance::client_token);
+        ClientToken::choose(
+            &self.config.owner,
+            name.as_str(),
+            seen.chain(bound),
+            listed_at.as_secs(),
+        )
+    }
+
     /// The owned instances named `name` among `instances`, listed at `started`.
     fn named_from(&self, instances: &[Instance], name: &MachineName, started: Instant) -> Named {
         let owner = self.config.owner.as_str();
@@ -616,16 +635,7 @@ impl MachineProvisioner for AwsProvider {
             // Terminated holders of this epoch's tokens are not listed; this provider's
             // own latest launch of the name is remembered.
             let launched = self.launched_token(&spec.name);
-            let mut token = ClientToken::choose(
-                &self.config.owner,
-                spec.name.as_str(),
-                named
-                    .all
-                    .iter()
-                    .filter_map(Instance::client_token)
-                    .chain(launched.as_deref()),
-                listed_at.as_secs(),
-            );
+            let mut token = self.token_after(&spec.name, &named, launched.as_deref(), listed_at);
             // Whether the name's terminated instances were looked at for their tokens.
             let mut looked_at_terminated = false;
             // Each turn either launches, adopts, fails, or steps past a token that an
@@ -673,15 +683,7 @@ impl MachineProvisioner for AwsProvider {
                             // after the newest of them instead of one call each.
                             looked_at_terminated = true;
                             let all = self.named_in_any_state(&spec.name).await?;
-                            ClientToken::choose(
-                                &self.config.owner,
-                                spec.name.as_str(),
-                                all.all
-                                    .iter()
-                                    .filter_map(Instance::client_token)
-                                    .chain([token_text.as_str()]),
-                                listed_at.as_secs(),
-                            )
+                            self.token_after(&spec.name, &all, Some(&token_text), listed_at)
                         };
                     }
                     Ok(inst) => {
@@ -728,16 +730,7 @@ impl MachineProvisioner for AwsProvider {
                         }
                         // Held by a terminated instance, listed or no longer listed:
                         // after the newest token of the epoch this lookup shows.
-                        token = ClientToken::choose(
-                            &self.config.owner,
-                            spec.name.as_str(),
-                            named
-                                .all
-                                .iter()
-                                .filter_map(Instance::client_token)
-                                .chain([token_text.as_str()]),
-                            listed_at.as_secs(),
-                        );
+                        token = self.token_after(&spec.name, &named, Some(&token_text), listed_at);
                     }
                     Err(e) => return Err(e),
                 }

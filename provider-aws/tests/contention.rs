@@ -103,6 +103,26 @@ async fn two_controllers_with_different_specs_make_one_instance_per_name() {
     }
 }
 
+/// Creates `spec` in round `round` of a recreate test: a new instance, never one of
+/// the earlier rounds' `seen`.
+async fn create_anew(
+    p: &AwsProvider,
+    spec: &machine_core::MachineSpec,
+    round: usize,
+    seen: &mut HashSet<machine_core::ProviderId>,
+) -> machine_core::Machine {
+    let m = p
+        .create(spec, None)
+        .await
+        .unwrap_or_else(|e| panic!("create {round}: {e}"));
+    assert!(
+        seen.insert(m.provider_id.clone()),
+        "create {round} answered with an earlier instance {}",
+        m.provider_id
+    );
+    m
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_is_recreated_twenty_times_with_one_launch_each() {
     let moto = Moto::start();
@@ -118,15 +138,7 @@ async fn a_name_is_recreated_twenty_times_with_one_launch_each() {
         } else {
             spec.clone().with_size("t3.small")
         };
-        let m = p
-            .create(&spec, None)
-            .await
-            .unwrap_or_else(|e| panic!("create {round}: {e}"));
-        assert!(
-            seen.insert(m.provider_id.clone()),
-            "create {round} answered with an earlier instance {}",
-            m.provider_id
-        );
+        let m = create_anew(&p, &spec, round, &mut seen).await;
         assert!(
             !matches!(m.phase, Phase::Deleting | Phase::Deleted),
             "create {round}: {:?}",
@@ -171,15 +183,7 @@ async fn replicas_taking_turns_recreating_a_name_pay_at_most_one_replay_each() {
     let mut seen = HashSet::new();
     for round in 0..rounds {
         let p = &replicas[round % replicas.len()];
-        let m = p
-            .create(&spec, None)
-            .await
-            .unwrap_or_else(|e| panic!("create {round}: {e}"));
-        assert!(
-            seen.insert(m.provider_id.clone()),
-            "create {round} answered with an earlier instance {}",
-            m.provider_id
-        );
+        let m = create_anew(p, &spec, round, &mut seen).await;
         p.delete(&m.provider_id).await.unwrap();
     }
     let launches = proxy.seen("RunInstances") as usize;
