@@ -281,8 +281,9 @@ pub const MERGE_TYPE: &str = "list(append)+dict(no_replace,recurse_list)+str()";
 
 /// Joins parts into one user data: a single plain part is passed through as it is,
 /// unless it is a script or boothook; several (or one with extra headers, or a lone
-/// script) become a MIME multipart like `cloud-init devel make-mime` builds, with [`MERGE_TYPE`] on each cloud-config and Jinja part that has
-/// no `Merge-Type` of its own, and each file name prefixed with the part's zero-padded
+/// script) become a MIME multipart like `cloud-init devel make-mime` builds, with
+/// [`MERGE_TYPE`] on each cloud-config and Jinja part that has no `Merge-Type` of its
+/// own, and each file name prefixed with the part's zero-padded
 /// index (`00-base.sh`, `01-app.sh`, ...) so that cloud-init runs scripts in the given
 /// order. A part whose format has no MIME type (Ignition, PowerShell, raw) cannot share
 /// user data with others: that is an invalid-spec error naming the part.

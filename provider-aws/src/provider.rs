@@ -36,8 +36,35 @@ const HOST_KEY_RECHECK: Duration = Duration::from_secs(15);
 /// granularity plus a margin for the rival's RunInstances to be answered.
 const RACE_WINDOW: Duration = Duration::from_millis(1500);
 
-/// How many instance names a provider remembers before it starts afresh.
+/// How many entries a [`Memo`] holds before it starts afresh.
 const NAMES_REMEMBERED: usize = 100_000;
+
+/// A bounded memory of hints a lookup could tell again, so forgetting all of them at
+/// once (past [`NAMES_REMEMBERED`] entries) costs calls, never correctness.
+struct Memo<K, V>(Mutex<HashMap<K, V>>);
+
+impl<K: std::hash::Hash + Eq, V: Clone> Memo<K, V> {
+    fn new() -> Self {
+        Memo(Mutex::new(HashMap::new()))
+    }
+
+    fn insert_all(&self, entries: impl IntoIterator<Item = (K, V)>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() > NAMES_REMEMBERED {
+            map.clear();
+        }
+        map.extend(entries);
+    }
+
+    fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).cloned()
+    }
+}
 
 /// How old a name lookup `delete` may use to find a machine's duplicates.
 const DUPLICATE_LOOKUP_AGE: Duration = Duration::from_secs(30);
@@ -58,12 +85,12 @@ pub struct AwsProvider {
     host_keys: Mutex<HashMap<String, (Vec<String>, Instant)>>,
     /// Name lookups shared across the fleet.
     view: FleetView,
-    /// The name of each instance a name lookup showed (bounded by [`NAMES_REMEMBERED`]).
-    names: Mutex<HashMap<String, MachineName>>,
-    /// The client token of this provider's latest launch of each name (bounded like
-    /// `names`): name lookups leave terminated instances out, and with them the tokens
-    /// they hold, so a recreate of a name this provider launched continues from here.
-    tokens: Mutex<HashMap<MachineName, String>>,
+    /// The name of each instance a name lookup showed.
+    names: Memo<String, MachineName>,
+    /// The client token of this provider's latest launch of each name: name lookups
+    /// leave terminated instances out, and with them the tokens they hold, so a
+    /// recreate of a name this provider launched continues from here.
+    tokens: Memo<MachineName, String>,
 }
 
 impl AwsProvider {
@@ -93,8 +120,8 @@ impl AwsProvider {
             recent: Mutex::new(HashMap::new()),
             host_keys: Mutex::new(HashMap::new()),
             view: FleetView::default(),
-            names: Mutex::new(HashMap::new()),
-            tokens: Mutex::new(HashMap::new()),
+            names: Memo::new(),
+            tokens: Memo::new(),
         })
     }
 
@@ -143,35 +170,9 @@ impl AwsProvider {
     /// Remembers the name of `instances`, so that a delete of one of them can use a
     /// name lookup instead of a check by id.
     fn remember_names(&self, instances: &[Instance], name: &MachineName) {
-        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
-        if names.len() > NAMES_REMEMBERED {
-            names.clear();
-        }
-        for i in instances {
-            if let Some(iid) = i.instance_id() {
-                names.insert(iid.to_owned(), name.clone());
-            }
-        }
-    }
-
-    /// Remembers that this provider launched `name` with `token`.
-    fn remember_token(&self, name: &MachineName, token: String) {
-        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        if tokens.len() > NAMES_REMEMBERED {
-            tokens.clear();
-        }
-        tokens.insert(name.clone(), token);
-    }
-
-    /// The token of this provider's latest launch of `name`, if it remembers one.
-    fn launched_token(&self, name: &MachineName) -> Option<String> {
-        let tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        tokens.get(name).cloned()
-    }
-
-    fn known_name(&self, id: &str) -> Option<MachineName> {
-        let names = self.names.lock().unwrap_or_else(|p| p.into_inner());
-        names.get(id).cloned()
+        let ids = instances.iter().filter_map(Instance::instance_id);
+        self.names
+            .insert_all(ids.map(|iid| (iid.to_owned(), name.clone())));
     }
 
     fn created_lately(&self, id: &str) -> bool {
@@ -634,7 +635,7 @@ impl MachineProvisioner for AwsProvider {
             let listed_at = unix_now().saturating_sub(named.started.elapsed());
             // Terminated holders of this epoch's tokens are not listed; this provider's
             // own latest launch of the name is remembered.
-            let launched = self.launched_token(&spec.name);
+            let launched = self.tokens.get(&spec.name);
             let mut token = self.token_after(&spec.name, &named, launched.as_deref(), listed_at);
             // Whether the name's terminated instances were looked at for their tokens.
             let mut looked_at_terminated = false;
@@ -692,7 +693,9 @@ impl MachineProvisioner for AwsProvider {
                         }
                         // Its delete then needs no check by id: it is ours, by this name.
                         self.remember_names(std::slice::from_ref(&inst), &spec.name);
-                        self.remember_token(&spec.name, token_text.clone());
+                        // Lookups will not show its token once it is terminated.
+                        self.tokens
+                            .insert_all([(spec.name.clone(), token_text.clone())]);
                         tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
                         return self.settle(spec, inst, listed_at, &token).await;
                     }
@@ -814,7 +817,7 @@ impl MachineProvisioner for AwsProvider {
         // racing launch is settled by its own creator, and a teardown looks the name up
         // afresh before it is done.
         let since = began.checked_sub(DUPLICATE_LOOKUP_AGE).unwrap_or(began);
-        let known = self.known_name(iid);
+        let known = self.names.get(iid);
         let mut named = match &known {
             Some(name) => Some(self.named(name, since).await?),
             None => None,

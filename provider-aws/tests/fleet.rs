@@ -10,11 +10,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_sdk_ec2::types::Filter;
 use futures_util::stream::{self, StreamExt};
 use machine_core::{ErrorKind, MachineProvisioner, Phase, RetryPolicy, UserData, UserDataFormat};
 use provider_aws::AwsProvider;
-use provider_aws::tags::OWNER_TAG;
 
 use common::Moto;
 use common::proxy::{FaultProxy, Faults, Throttling};
@@ -197,7 +195,7 @@ async fn a_thousand_machines_converge_through_ec2_token_buckets() {
     // Exactly one launch reached moto per machine: no duplicate.
     assert_eq!(proxy.forwarded("RunInstances"), count, "a launch too many");
     // What moto itself holds, asked without the proxy or the provider.
-    let held = moto_instances(&moto.endpoint, &owner).await;
+    let held = common::moto_instances(&moto.endpoint, &owner).await;
     let names: HashSet<&str> = held.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(held.len(), count, "instances of the owner (any state)");
     assert_eq!(names.len(), count, "one instance per name");
@@ -211,39 +209,6 @@ async fn a_thousand_machines_converge_through_ec2_token_buckets() {
         throttled <= MAX_THROTTLED,
         "{throttled} RequestLimitExceeded for {count} machines (at most {MAX_THROTTLED})"
     );
-}
-
-/// Every instance moto holds with `owner`'s tag: its `Name` tag and state, listed in
-/// pages of 100 (one answer with a thousand instances can take moto over 20 s).
-async fn moto_instances(endpoint: &str, owner: &str) -> Vec<(String, String)> {
-    let sdk = common::sdk(endpoint).await;
-    let filter = Filter::builder()
-        .name(format!("tag:{OWNER_TAG}"))
-        .values(owner)
-        .build();
-    let pages: Vec<_> = sdk
-        .describe_instances()
-        .filters(filter)
-        .max_results(100)
-        .into_paginator()
-        .send()
-        .collect()
-        .await;
-    let mut out = Vec::new();
-    for page in pages {
-        let page = page.expect("listing moto's instances");
-        for i in page.reservations().iter().flat_map(|r| r.instances()) {
-            let name = i
-                .tags()
-                .iter()
-                .find(|t| t.key() == Some("Name"))
-                .and_then(|t| t.value())
-                .unwrap_or_default();
-            let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
-            out.push((name.to_owned(), state.unwrap_or_default().to_owned()));
-        }
-    }
-    out
 }
 
 /// How much faster than EC2's the proxy's buckets refill.

@@ -159,6 +159,11 @@ fn processes_in_netns(ns_path: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// What `ip link del` says of a link that is gone already: not there when it looked
+/// up the name ("Cannot find device"), or gone between that lookup and its delete ("No
+/// such device", as when the kernel removes a veth pair after its namespace).
+const LINK_GONE: [&str; 2] = ["Cannot find device", "No such device"];
+
 impl Engine for NamespaceEngine {
     fn preflight(&self) -> Result<()> {
         let uid = nix::unistd::geteuid();
@@ -198,10 +203,7 @@ impl Engine for NamespaceEngine {
     }
 
     fn remove_network(&self, n: &Network) -> Result<()> {
-        ip(
-            &["link", "del", &n.bridge],
-            &["Cannot find device", "No such device"],
-        )
+        ip(&["link", "del", &n.bridge], &LINK_GONE)
     }
 
     fn write_file(&self, dir: &Path, path: &str, bytes: &[u8], mode: u32) -> Result<()> {
@@ -364,12 +366,7 @@ impl Engine for NamespaceEngine {
         self.halt(r)?;
         // Deleting the namespace deletes its end of the veth pair and so both ends.
         ip(&["netns", "del", &r.netns()], &["No such file"])?;
-        // The kernel removes the pair asynchronously after the namespace: the link can
-        // vanish between ip's lookup of the name ("Cannot find device") and its delete
-        // ("No such device"); either way it is gone.
-        ip(
-            &["link", "del", &r.host_veth()],
-            &["Cannot find device", "No such device"],
-        )
+        // The kernel removes the pair asynchronously after the namespace.
+        ip(&["link", "del", &r.host_veth()], &LINK_GONE)
     }
 }

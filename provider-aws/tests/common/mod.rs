@@ -141,3 +141,36 @@ impl Drop for Tripwire {
         self.task.abort();
     }
 }
+
+/// Every instance moto holds with `owner`'s tag: its `Name` tag and state, listed in
+/// pages of 100 (one answer with a thousand instances can take moto over 20 s).
+pub async fn moto_instances(endpoint: &str, owner: &str) -> Vec<(String, String)> {
+    let sdk = sdk(endpoint).await;
+    let filter = aws_sdk_ec2::types::Filter::builder()
+        .name(format!("tag:{}", provider_aws::tags::OWNER_TAG))
+        .values(owner)
+        .build();
+    let pages: Vec<_> = sdk
+        .describe_instances()
+        .filters(filter)
+        .max_results(100)
+        .into_paginator()
+        .send()
+        .collect()
+        .await;
+    let mut out = Vec::new();
+    for page in pages {
+        let page = page.expect("listing moto's instances");
+        for i in page.reservations().iter().flat_map(|r| r.instances()) {
+            let name = i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some("Name"))
+                .and_then(|t| t.value())
+                .unwrap_or_default();
+            let state = i.state().and_then(|s| s.name()).map(|n| n.as_str());
+            out.push((name.to_owned(), state.unwrap_or_default().to_owned()));
+        }
+    }
+    out
+}
