@@ -202,6 +202,15 @@ async fn replicas_taking_turns_recreating_a_name_pay_at_most_one_replay_each() {
     );
     assert_eq!(proxy.mismatched(), 0);
     assert!(live(&replicas[0]).await.is_empty());
+    // What moto itself holds, not what the providers report: one instance per create,
+    // every one terminated.
+    let held = common::moto_instances(&moto.endpoint, &owner).await;
+    assert_eq!(held.len(), rounds, "{held:?}");
+    assert!(
+        held.iter()
+            .all(|(name, state)| name == "turns" && state == "terminated"),
+        "{held:?}"
+    );
 }
 
 // ComposerSettings is becoming #[non_exhaustive]: a struct literal would not
