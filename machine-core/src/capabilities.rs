@@ -36,6 +36,11 @@ pub struct Capabilities {
     /// Whether the provider can report the machine's SSH host keys
     /// (into [`crate::Access::host_keys`]).
     pub host_key_discovery: bool,
+    /// Whether [`crate::MachineProvisioner::bootstrap_finished`] withdraws the machine's
+    /// user data, so that its secrets can no longer be read at the provider: afterwards
+    /// [`crate::MachineProvisioner::user_data`] reads `None` (vSphere empties
+    /// `guestinfo.userdata`; a Redfish pool takes its seed image off the network).
+    pub withdraws_user_data: bool,
 }
 
 impl Capabilities {
@@ -60,6 +65,12 @@ impl Capabilities {
     /// Sets whether SSH host keys are reported.
     pub fn with_host_key_discovery(mut self, yes: bool) -> Self {
         self.host_key_discovery = yes;
+        self
+    }
+
+    /// Sets whether user data is withdrawn once the bootstrap finished.
+    pub fn with_withdrawn_user_data(mut self, yes: bool) -> Self {
+        self.withdraws_user_data = yes;
         self
     }
 }

@@ -30,13 +30,25 @@
 //! down further. A provider that fails a new case had a bug the suite did not see before.
 
 mod bad_input;
+mod crash;
+mod faults;
+mod fixture;
+mod promises;
+mod replicas;
 
 pub use bad_input::{BadInput, CASE_TIME, MAX_MESSAGE, check_bad_inputs};
+pub use crash::{create_survives_a_crash_at_any_point, delete_survives_a_crash_at_any_point};
+pub use faults::{BackendFault, FaultHook, backend_faults_come_back_with_their_kind};
+pub use fixture::{Clients, Fixture, FreshProvider};
+pub use promises::{
+    bootstrap_finished_withdraws_user_data, delete_is_seen, names_are_exact, power_has_effect,
+    running_machines_say_how_to_reach_them, the_spec_is_honoured,
+};
+pub use replicas::replicas_creating_one_name_make_one_machine;
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
@@ -50,196 +62,6 @@ use crate::provisioner::MachineProvisioner;
 use crate::spec::MachineSpec;
 use crate::steps::{Step, StepLayer};
 use crate::user_data::{self, UserData, UserDataFormat};
-
-/// The clients the suite drives: all on one backend (one account, one inventory).
-#[derive(Clone)]
-#[non_exhaustive]
-pub struct Clients {
-    /// The provider under test.
-    pub provider: Arc<dyn MachineProvisioner>,
-    /// Another client instance with the same owner: a restarted process or a second
-    /// replica of a controller. It must see and adopt `provider`'s machines.
-    pub replica: Arc<dyn MachineProvisioner>,
-    /// A client with a different owner. It must never see, adopt or delete
-    /// `provider`'s machines.
-    pub other_owner: Arc<dyn MachineProvisioner>,
-}
-
-impl Clients {
-    /// The three clients.
-    pub fn new(
-        provider: Arc<dyn MachineProvisioner>,
-        replica: Arc<dyn MachineProvisioner>,
-        other_owner: Arc<dyn MachineProvisioner>,
-    ) -> Self {
-        Clients {
-            provider,
-            replica,
-            other_owner,
-        }
-    }
-}
-
-impl fmt::Debug for Clients {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Clients")
-            .field("provider", &self.provider.to_string())
-            .field("replica", &self.replica.to_string())
-            .field("other_owner", &self.other_owner.to_string())
-            .finish()
-    }
-}
-
-/// What the suite needs to know about a provider.
-#[non_exhaustive]
-pub struct Fixture {
-    /// Builds a spec the provider can create for a machine named `name` (image, size,
-    /// provider settings filled in). The suite adds its own labels.
-    pub spec: Box<dyn Fn(&MachineName) -> MachineSpec + Send + Sync>,
-    /// A well-formed provider ID of this provider that names no machine.
-    pub unknown_id: ProviderId,
-    /// A prefix for machine names, unique to this run so that runs never collide.
-    pub prefix: String,
-    /// How long to wait for a machine to be gone after delete.
-    pub timeout: Duration,
-    /// How long a new machine may take to run (phase Provisioned or later), as the
-    /// provider declares for its backend.
-    pub boot_timeout: Duration,
-    /// How often to look while waiting.
-    pub poll: Duration,
-}
-
-impl fmt::Debug for Fixture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Fixture")
-            .field("unknown_id", &self.unknown_id)
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("boot_timeout", &self.boot_timeout)
-            .field("poll", &self.poll)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Fixture {
-    /// A fixture with a run-unique prefix, 60 s timeouts and a 50 ms poll.
-    ///
-    /// # Panics
-    /// When `unknown_id` is not a provider ID URI: a bug in the calling test.
-    pub fn new(
-        unknown_id: &str,
-        spec: impl Fn(&MachineName) -> MachineSpec + Send + Sync + 'static,
-    ) -> Self {
-        Fixture {
-            spec: Box::new(spec),
-            unknown_id: ProviderId::new(unknown_id)
-                .expect("fixture unknown_id must be a provider ID"),
-            prefix: format!("c{:x}", fastrand::u32(..) & 0xffffff),
-            timeout: Duration::from_secs(60),
-            boot_timeout: Duration::from_secs(60),
-            poll: Duration::from_millis(50),
-        }
-    }
-
-    fn name(&self, what: &str) -> MachineName {
-        MachineName::new(format!("{}-{what}", self.prefix))
-            .expect("conformance names are DNS labels")
-    }
-
-    fn spec(&self, what: &str) -> MachineSpec {
-        let mut spec = (self.spec)(&self.name(what));
-        spec.labels
-            .insert("conformance-run".into(), self.prefix.clone());
-        spec.labels.insert("conformance-case".into(), what.into());
-        spec
-    }
-
-    fn run_selector(&self) -> Labels {
-        Labels::from([("conformance-run".to_owned(), self.prefix.clone())])
-    }
-
-    fn case_selector(&self, what: &str) -> Labels {
-        let mut selector = self.run_selector();
-        selector.insert("conformance-case".into(), what.into());
-        selector
-    }
-
-    async fn wait_gone(&self, p: &dyn MachineProvisioner, id: &ProviderId) {
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        loop {
-            match p.get(id).await {
-                Ok(m) if m.phase == Phase::Deleted => return,
-                Err(e) if e.kind() == ErrorKind::NotFound => return,
-                Ok(_) => {}
-                Err(e) if e.is_retryable() => {}
-                Err(e) => panic!("{p}: get({id}) while waiting for deletion failed: {e}"),
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{p}: machine {id} was not gone {:?} after delete",
-                self.timeout
-            );
-            tokio::time::sleep(self.poll).await;
-        }
-    }
-
-    async fn cleanup(&self, p: &dyn MachineProvisioner, m: &Machine) {
-        p.delete(&m.provider_id)
-            .await
-            .unwrap_or_else(|e| panic!("{p}: delete({}) failed: {e}", m.provider_id));
-        self.wait_gone(p, &m.provider_id).await;
-    }
-
-    async fn get(&self, p: &dyn MachineProvisioner, id: &ProviderId) -> Machine {
-        p.get(id)
-            .await
-            .unwrap_or_else(|e| panic!("{p}: get({id}) failed: {e}"))
-    }
-
-    /// Polls `id` until its phase satisfies `want` (described as `what`), within the
-    /// boot timeout; a Failed machine or a retryable error on the way is a broken
-    /// promise only when the time is up.
-    async fn wait_for(
-        &self,
-        p: &dyn MachineProvisioner,
-        id: &ProviderId,
-        what: &str,
-        want: impl Fn(Phase) -> bool,
-    ) -> Machine {
-        let deadline = tokio::time::Instant::now() + self.boot_timeout;
-        loop {
-            let seen = match p.get(id).await {
-                Ok(m) if want(m.phase) => return m,
-                Ok(m) => {
-                    assert_ne!(
-                        m.phase,
-                        Phase::Failed,
-                        "{p}: machine {id} failed while waiting for it to be {what}: {:?}",
-                        m.failure
-                    );
-                    m.phase.to_string()
-                }
-                Err(e) if e.is_retryable() => e.to_string(),
-                Err(e) => panic!("{p}: get({id}) failed while waiting for {what}: {e}"),
-            };
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{p}: machine {id} was not {what} within {:?}: still {seen}",
-                self.boot_timeout
-            );
-            tokio::time::sleep(self.poll).await;
-        }
-    }
-
-    async fn create(&self, p: &dyn MachineProvisioner, what: &str) -> (MachineSpec, Machine) {
-        let spec = self.spec(what);
-        let m = p
-            .create(&spec, None)
-            .await
-            .unwrap_or_else(|e| panic!("{p}: create({}) failed: {e}", spec.name));
-        (spec, m)
-    }
-}
 
 /// The user-data format the suite sends: cloud-config where the provider takes it,
 /// else the first format it declares.
@@ -980,13 +802,24 @@ pub async fn run_all(c: &Clients, fx: &Fixture) {
     oversized_user_data_is_refused_before_any_call(c, fx).await;
     undeclared_user_data_is_refused(c, fx).await;
     cancelled_provision_is_found_by_deprovision(c, fx).await;
+    running_machines_say_how_to_reach_them(c, fx).await;
+    the_spec_is_honoured(c, fx).await;
+    names_are_exact(c, fx).await;
+    delete_is_seen(c, fx).await;
+    power_has_effect(c, fx).await;
+    bootstrap_finished_withdraws_user_data(c, fx).await;
+    backend_faults_come_back_with_their_kind(c, fx).await;
+    create_survives_a_crash_at_any_point(c, fx).await;
+    delete_survives_a_crash_at_any_point(c, fx).await;
+    replicas_creating_one_name_make_one_machine(c, fx).await;
 }
 
 /// Generates one `#[tokio::test]` per conformance case, in a module named
 /// `conformance_cases`. `$setup` is an async function returning `(Clients, Fixture, G)`,
 /// where `G` is anything the backend needs kept alive for the test (a simulator
 /// process, a temporary directory; `()` when nothing). The calling crate needs tokio
-/// with its `macros` and `rt` features as a dev-dependency.
+/// with its `macros` and `rt-multi-thread` features as a dev-dependency: each test runs
+/// on a multi-threaded runtime of two workers, as the replica case needs.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -1030,6 +863,16 @@ macro_rules! conformance_tests {
             oversized_user_data_is_refused_before_any_call,
             undeclared_user_data_is_refused,
             cancelled_provision_is_found_by_deprovision,
+            running_machines_say_how_to_reach_them,
+            the_spec_is_honoured,
+            names_are_exact,
+            delete_is_seen,
+            power_has_effect,
+            bootstrap_finished_withdraws_user_data,
+            backend_faults_come_back_with_their_kind,
+            create_survives_a_crash_at_any_point,
+            delete_survives_a_crash_at_any_point,
+            replicas_creating_one_name_make_one_machine,
         );
     };
     (@cases $setup:ident; $($case:ident),+ $(,)?) => {

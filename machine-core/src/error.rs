@@ -26,6 +26,11 @@ pub enum ErrorKind {
     Unauthorized,
     /// An account limit stops the request (instances, vCPUs, addresses).
     QuotaExceeded,
+    /// The infrastructure has no capacity for what was asked (EC2's
+    /// `InsufficientInstanceCapacity`, a pool with no free server of the size): not the
+    /// account's limit but the place's. Not retried unchanged: a caller may choose
+    /// another size or zone, or try again in minutes rather than seconds.
+    InsufficientCapacity,
     /// A deadline passed before the work finished.
     Timeout,
     /// The caller cancelled the work.
@@ -50,6 +55,7 @@ impl ErrorKind {
             ErrorKind::Conflict => "conflict",
             ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::QuotaExceeded => "quota exceeded",
+            ErrorKind::InsufficientCapacity => "insufficient capacity",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Cancelled => "cancelled",
         }
@@ -117,6 +123,17 @@ impl Error {
         let mut e = Self::new(ErrorKind::InvalidSpec, message);
         e.field = Some(field.into());
         e
+    }
+
+    /// An account limit stops the request.
+    pub fn quota_exceeded(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::QuotaExceeded, message)
+    }
+
+    /// The infrastructure has no capacity for the request (see
+    /// [`ErrorKind::InsufficientCapacity`]).
+    pub fn insufficient_capacity(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InsufficientCapacity, message)
     }
 
     /// The named object does not exist.
@@ -326,6 +343,7 @@ mod tests {
             ErrorKind::Conflict,
             ErrorKind::Unauthorized,
             ErrorKind::QuotaExceeded,
+            ErrorKind::InsufficientCapacity,
             ErrorKind::Timeout,
             ErrorKind::Cancelled,
         ]

@@ -337,6 +337,11 @@ pub struct Machine {
     /// Its labels, as stored at the provider.
     #[serde(default)]
     pub labels: Labels,
+    /// Its size as the provider reads it back from the infrastructure, in the notation of
+    /// [`crate::MachineSpec::size`] (an instance type, `2x4096`); `None` where the provider
+    /// takes no size. A machine made from a spec with a size reports that same string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
     /// Conditions, one per kind.
     #[serde(default)]
     pub conditions: Vec<Condition>,
@@ -358,6 +363,7 @@ impl Machine {
             addresses: Vec::new(),
             access: Access::default(),
             labels: Labels::new(),
+            size: None,
             conditions: Vec::new(),
             failure: None,
             node: None,

@@ -34,6 +34,7 @@ use host::HostCell;
 pub use host::{SimConnector, SimFile, SimHost, SimTransport};
 
 use crate::capabilities::{Capabilities, PowerOp, PowerOperations, SizeBasis, UserDataDelivery};
+use crate::conformance::{BackendFault, FaultHook};
 use crate::error::{Error, Result};
 use crate::machine::{Address, AddressKind, Labels, Machine, Phase, ProviderId, SshEndpoint};
 use crate::name::MachineName;
@@ -136,6 +137,7 @@ struct SimMachine {
     owner: String,
     id: ProviderId,
     labels: Labels,
+    size: Option<String>,
     ssh_user: String,
     user_data: Option<UserData>,
     boot_at: Instant,
@@ -176,6 +178,9 @@ struct State {
     by_name: HashMap<(String, MachineName), ProviderId>,
     api_calls: u64,
     exec_responses: Vec<(String, ExecOutput)>,
+    /// The fault every create is answered with, and how many were.
+    fault: Option<BackendFault>,
+    faults_answered: u64,
 }
 
 /// The shared in-memory cloud behind [`SimProvider`]s and [`SimConnector`]s.
@@ -243,6 +248,13 @@ impl SimCloud {
         Ok(())
     }
 
+    /// A hook that makes this cloud refuse creates the way a cloud does (quota, capacity,
+    /// permission, throttle), for the conformance suite's
+    /// [`backend_faults_come_back_with_their_kind`](crate::conformance::backend_faults_come_back_with_their_kind).
+    pub fn fault_hook(&self) -> Arc<dyn FaultHook> {
+        Arc::new(SimFaults(self.clone()))
+    }
+
     /// Makes every command that starts with `prefix` answer `output` on every machine
     /// (the most recently added matching prefix wins); other commands exit 0 silently.
     pub fn on_exec(&self, prefix: impl Into<String>, output: ExecOutput) {
@@ -280,6 +292,47 @@ impl SimCloud {
                 "connection to {} refused: machine is {phase}",
                 m.name
             ))),
+        }
+    }
+}
+
+/// The simulated cloud's refusals, switched by the conformance suite.
+struct SimFaults(SimCloud);
+
+#[async_trait]
+impl FaultHook for SimFaults {
+    fn supports(&self, _fault: BackendFault) -> bool {
+        true
+    }
+
+    async fn inject(&self, fault: BackendFault) {
+        let mut st = self.0.lock();
+        st.fault = Some(fault);
+        st.faults_answered = 0;
+    }
+
+    async fn clear(&self) {
+        self.0.lock().fault = None;
+    }
+
+    fn answered(&self) -> u64 {
+        self.0.lock().faults_answered
+    }
+}
+
+/// The error the simulated cloud answers a create with under `fault`.
+fn refusal(fault: BackendFault) -> Error {
+    match fault {
+        BackendFault::Quota => Error::quota_exceeded("simulated instance quota reached"),
+        BackendFault::Capacity => {
+            Error::insufficient_capacity("simulated zone has no capacity for the size")
+        }
+        BackendFault::Permission => Error::new(
+            crate::ErrorKind::Unauthorized,
+            "simulated credentials may not create machines",
+        ),
+        BackendFault::Throttle => {
+            Error::throttled("simulated rate limit", Some(Duration::from_millis(1)))
         }
     }
 }
@@ -397,6 +450,7 @@ impl SimProvider {
         }
         let mut out = Machine::new(m.name.clone(), m.id.clone(), phase);
         out.labels = m.labels.clone();
+        out.size = m.size.clone();
         if phase == Phase::Failed {
             out.fail(
                 "BootFailed",
@@ -475,6 +529,10 @@ impl MachineProvisioner for SimProvider {
         let now = Instant::now();
         let mut st = self.cloud.lock();
         st.api_calls += 1;
+        if let Some(fault) = st.fault {
+            st.faults_answered += 1;
+            return Err(refusal(fault));
+        }
         let key = (self.config.owner.clone(), spec.name.clone());
         if let Some(id) = st.by_name.get(&key).cloned()
             && let Some(m) = st.machines.get_mut(&id)
@@ -490,6 +548,7 @@ impl MachineProvisioner for SimProvider {
             owner: self.config.owner.clone(),
             id: id.clone(),
             labels: spec.labels.clone(),
+            size: spec.size.clone(),
             ssh_user: spec
                 .ssh
                 .as_ref()
