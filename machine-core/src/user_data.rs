@@ -371,11 +371,27 @@ fn multipart(parts: &[UserDataPart]) -> Result<Vec<u8>> {
 /// over the limit and gzip is accepted, and otherwise refuses it with an invalid-spec
 /// error on `userData` that names the sizes and the largest parts. Nothing is sent
 /// anywhere: this runs before any API call.
+///
+/// A lone script that [`assemble`] wrapped in a multipart of one goes as the bare script
+/// where the provider does not take MIME but takes the script's own format: it then
+/// runs as cloud-init's `part-001` (its verdict cannot name the layer), which is better
+/// than a provider declaring only shell scripts taking no coupled layer at all.
 pub fn fit(
     user_data: UserData,
     parts: &[UserDataPart],
     delivery: &UserDataDelivery,
 ) -> Result<UserData> {
+    let user_data = match parts {
+        [lone]
+            if user_data.format == UserDataFormat::Mime
+                && !delivery.formats.contains(&UserDataFormat::Mime)
+                && delivery.formats.contains(&lone.format)
+                && lone.headers.is_empty() =>
+        {
+            UserData::new(lone.format, lone.content.clone())
+        }
+        _ => user_data,
+    };
     if !delivery.formats.contains(&user_data.format) {
         return Err(Error::invalid_spec(
             USER_DATA_FIELD,
@@ -502,6 +518,31 @@ mod tests {
             assert!(text.contains("filename=\"00-app.sh\""), "{text}");
             assert!(text.contains("echo hi"), "{text}");
         }
+    }
+
+    #[test]
+    fn a_lone_script_goes_bare_to_a_provider_that_takes_no_mime() {
+        let part = UserDataPart::new(
+            UserDataFormat::ShellScript,
+            "app.sh",
+            "#!/bin/sh\necho hi\n",
+        );
+        let assembled = assemble(std::slice::from_ref(&part)).unwrap().unwrap();
+        let scripts_only = UserDataDelivery {
+            formats: vec![UserDataFormat::ShellScript],
+            ..delivery(1024, false)
+        };
+        let ud = fit(
+            assembled.clone(),
+            std::slice::from_ref(&part),
+            &scripts_only,
+        )
+        .unwrap();
+        assert_eq!(ud.format, UserDataFormat::ShellScript);
+        assert_eq!(ud.bytes, part.content);
+        // Where MIME is taken, the multipart of one stays (its file name names the layer).
+        let ud = fit(assembled, &[part], &delivery(1024, false)).unwrap();
+        assert_eq!(ud.format, UserDataFormat::Mime);
     }
 
     #[test]

@@ -847,3 +847,37 @@ async fn crash_cases_without_a_way_to_make_new_instances_fail_loudly() {
     let c = Clients::new(c.provider, c.replica, c.other_owner);
     conformance::create_survives_a_crash_at_any_point(&c, &fx).await;
 }
+
+/// A provider that declares only shell scripts takes a coupled layer: the composer sends
+/// the layer's script as it is (a multipart of one would be refused), and the machine is
+/// made with it.
+#[tokio::test]
+async fn a_provider_declaring_only_shell_scripts_takes_a_coupled_layer() {
+    use machine_core::steps::{Step, StepLayer};
+    use machine_core::{CancellationToken, Composer};
+    let (c, fx) = Setup::new(Broken::Nothing)
+        .formats(vec![UserDataFormat::ShellScript])
+        .build();
+    let layer = StepLayer::new("base", vec![Step::write_file("/etc/motd", "hi\n")]).unwrap();
+    let composer = Composer::builder(c.provider.clone())
+        .coupled(Arc::new(layer))
+        .build()
+        .unwrap();
+    let spec = MachineSpec::new(MachineName::new(format!("{}-scripts", fx.prefix)).unwrap());
+    let done = composer
+        .provision(&spec, &CancellationToken::new())
+        .await
+        .unwrap_or_else(|e| panic!("a shell-script-only provider refused a coupled layer: {e}"));
+    let sent = c
+        .provider
+        .user_data(&done.machine.provider_id)
+        .await
+        .unwrap()
+        .expect("the machine was made with user data");
+    assert_eq!(sent.format, UserDataFormat::ShellScript);
+    assert!(
+        sent.bytes.starts_with(b"#!") && String::from_utf8_lossy(&sent.bytes).contains("/etc/motd"),
+        "{}",
+        String::from_utf8_lossy(&sent.bytes)
+    );
+}
