@@ -22,7 +22,8 @@ mod conflicts;
 mod waiter;
 
 pub use admit::{USER_DATA_FIELD, admit};
-pub use conflicts::{STRICT_COMMANDS, check_conflicts, compose};
+pub(crate) use conflicts::carried_host_keys;
+pub use conflicts::{RUNCMD_LAYER_PATH, STRICT_COMMANDS, check_conflicts, compose, runcmd_failure};
 pub use waiter::{CompletionWaiter, VERDICT_RESULT_PATH, WAITER_MARKER};
 
 use std::fmt;
@@ -165,7 +166,10 @@ impl fmt::Debug for UserData {
 }
 
 /// One part of user data, contributed by one software layer.
+///
+/// `#[non_exhaustive]`: build it with [`UserDataPart::new`] and the `with_*` methods.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UserDataPart {
     /// The part's format.
     pub format: UserDataFormat,
@@ -175,6 +179,9 @@ pub struct UserDataPart {
     pub content: Vec<u8>,
     /// Extra MIME headers, such as cloud-init's `Merge-Type`.
     pub headers: Vec<(String, String)>,
+    /// For a template part (Jinja), the cloud-config it renders to with stand-in values,
+    /// which the composer's checks read in its place (see [`compose`]); never sent.
+    pub check_view: Option<Vec<u8>>,
 }
 
 impl UserDataPart {
@@ -189,7 +196,18 @@ impl UserDataPart {
             filename: filename.into(),
             content: content.into(),
             headers: Vec::new(),
+            check_view: None,
         }
+    }
+
+    /// Sets the check view of a template part: the cloud-config it renders to with
+    /// stand-in values (the machine's name as its host name, placeholders for what only
+    /// the machine knows). The composer checks it against the other layers in place of
+    /// the template; an empty document (`#cloud-config`) says the template sets nothing
+    /// another layer sets. Without one, the composer refuses a Jinja part.
+    pub fn with_check_view(mut self, view: impl Into<Vec<u8>>) -> Self {
+        self.check_view = Some(view.into());
+        self
     }
 
     /// Adds a MIME header to the part. [`assemble`] refuses (with [`UserDataPart::check_headers`])

@@ -589,6 +589,7 @@ impl Composer {
             let parts = layer
                 .user_data_parts(spec)
                 .map_err(|e| e.context(format_args!("layer {name}")))?;
+            check_host_keys_pinned(layer.as_ref(), spec, &parts)?;
             by_layer.push((name, parts));
         }
         if by_layer.iter().all(|(_, parts)| parts.is_empty()) {
@@ -608,6 +609,33 @@ impl Composer {
             ));
         };
         user_data::fit(assembled, &parts, delivery).map(Some)
+    }
+}
+
+/// Every host key a layer's user data installs is one the layer names in
+/// [`crate::Software::host_keys`], so the composer pins it (a key installed but not pinned
+/// would have to be trusted on first use, or refused).
+fn check_host_keys_pinned(
+    layer: &dyn CoupledSoftware,
+    spec: &MachineSpec,
+    parts: &[crate::UserDataPart],
+) -> Result<()> {
+    let carried = user_data::carried_host_keys(layer.name(), parts)?;
+    if carried.is_empty() {
+        return Ok(());
+    }
+    // Compare the key itself (type and base64), not the comment.
+    let bare = |k: &str| k.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    let named: Vec<String> = layer.host_keys(spec)?.iter().map(|k| bare(k)).collect();
+    match carried.iter().find(|k| !named.contains(&bare(k))) {
+        None => Ok(()),
+        Some(_) => Err(Error::invalid_spec(
+            "ssh_keys",
+            format!(
+                "layer {:?} installs a host key it does not name in its host_keys, so the composer could not pin it: return every public key of its ssh_keys from host_keys (CloudConfigLayer does)",
+                layer.name()
+            ),
+        )),
     }
 }
 

@@ -42,7 +42,11 @@ pub fn check_conflicts<'a>(
 /// with `set -e`: cloud-init runs all layers' commands as one `sh` script whose status is
 /// its last command's, so without it a failed command followed by any other would be
 /// reported as success. With it, the first failed command stops the list and cloud-init
-/// records the failure. (Jinja parts are not looked into.)
+/// records the failure. Jinja parts are checked through their check views.
+///
+/// Before each layer with `runcmd`, a small part adds one command that records the
+/// layer's name in [`RUNCMD_LAYER_PATH`]: cloud-init reports only that `runcmd`
+/// failed, and the completion waiter then names the layer whose commands were running.
 pub fn compose<'a>(
     layers: impl IntoIterator<Item = (&'a str, &'a [UserDataPart])>,
 ) -> Result<Vec<UserDataPart>> {
@@ -62,12 +66,56 @@ pub fn compose<'a>(
             format!("#cloud-config\n{strict}"),
         ));
     }
-    out.extend(
-        layers
-            .into_iter()
-            .flat_map(|(_, parts)| parts.iter().cloned()),
-    );
+    for (layer, parts) in layers {
+        if let Some((_, count)) = merged.commands.iter().find(|(l, _)| l == layer) {
+            out.push(runcmd_marker(layer, *count));
+        }
+        out.extend(parts.iter().cloned());
+    }
     Ok(out)
+}
+
+/// Where the `runcmd` marker of the layer whose commands run last records its name and
+/// command count (`<count> <layer>`), for the completion waiter's verdict.
+pub const RUNCMD_LAYER_PATH: &str = "/run/machine-core/runcmd-layer";
+
+/// The verdict line for a `runcmd` failure, from the marker file's content
+/// (`<count> <layer>`); the completion waiter writes the same line.
+pub fn runcmd_failure(mark: &str) -> Option<String> {
+    let (count, layer) = mark.trim().split_once(' ')?;
+    Some(format!(
+        "runcmd of layer {layer} failed (the first of its {count} commands to fail stopped the list)"
+    ))
+}
+
+/// The part that records, among the `runcmd` lines, that `layer`'s commands begin.
+fn runcmd_marker(layer: &str, count: usize) -> UserDataPart {
+    let dir = RUNCMD_LAYER_PATH
+        .rsplit_once('/')
+        .map_or("/run", |(d, _)| d);
+    let quoted = shlex::try_quote(layer).map_or_else(|_| "layer".into(), |q| q.into_owned());
+    let command =
+        format!("mkdir -p {dir} && printf '%s %s\\n' {count} {quoted} > {RUNCMD_LAYER_PATH}");
+    // A JSON string is a YAML scalar whatever the layer's name holds.
+    let item = serde_json::to_string(&command).unwrap_or_default();
+    UserDataPart::new(
+        UserDataFormat::CloudConfig,
+        format!("runcmd-of-{}.cloud-config.yaml", sanitize(layer)),
+        format!("#cloud-config\nruncmd:\n- {item}\n"),
+    )
+}
+
+/// A layer name as part of a file name: other characters than `[A-Za-z0-9._-]` as `_`.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The file name of the part [`compose`] puts first when commands are present.
@@ -79,22 +127,132 @@ fn merge_all<'a>(
     let mut merged = Merged::default();
     for (layer, parts) in layers {
         for part in parts {
-            if part.format != UserDataFormat::CloudConfig {
-                continue;
-            }
-            let Some(doc) = parse(layer, part)? else {
+            check_merge_header(layer, part)?;
+            let text = match part.format {
+                UserDataFormat::CloudConfig => &part.content,
+                UserDataFormat::Jinja2 => {
+                    refuse_merge_keys_in_template(layer, part)?;
+                    part.check_view
+                        .as_ref()
+                        .ok_or_else(|| unchecked_template(layer, part))?
+                }
+                _ => continue,
+            };
+            let Some(doc) = parse(layer, part, text)? else {
                 continue;
             };
             merged.add(layer, doc)?;
         }
     }
     merged.check_names()?;
+    merged.check_owners()?;
     Ok(merged)
 }
 
-fn parse(layer: &str, part: &UserDataPart) -> Result<Option<serde_json::Map<String, Value>>> {
+/// The public host keys a layer's parts carry in `ssh_keys`, which the composer must
+/// pin. A private key without its public half is refused: cloud-init would install a key
+/// the composer cannot pin, and the first connection would have to trust it blindly.
+pub(crate) fn carried_host_keys(layer: &str, parts: &[UserDataPart]) -> Result<Vec<String>> {
+    let mut keys = Vec::new();
+    for part in parts {
+        let text = match part.format {
+            UserDataFormat::CloudConfig => &part.content,
+            UserDataFormat::Jinja2 => match &part.check_view {
+                Some(view) => view,
+                None => continue,
+            },
+            _ => continue,
+        };
+        let Some(doc) = parse(layer, part, text)? else {
+            continue;
+        };
+        let Some(Value::Object(ssh_keys)) = doc.get("ssh_keys") else {
+            continue;
+        };
+        for key in ssh_keys.keys() {
+            let Some(algo) = key.strip_suffix("_private") else {
+                continue;
+            };
+            match ssh_keys.get(&format!("{algo}_public")) {
+                Some(Value::String(_)) => {}
+                _ => {
+                    return Err(Error::invalid_spec(
+                        format!("ssh_keys.{algo}_public"),
+                        format!(
+                            "layer {layer:?} gives a {algo} host key without its public half; the composer pins every host key a machine is given, so give both"
+                        ),
+                    ));
+                }
+            }
+        }
+        for (key, value) in ssh_keys {
+            if key.ends_with("_public")
+                && let Value::String(public) = value
+            {
+                keys.push(public.trim().to_owned());
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// The keys with which a cloud-config part changes how cloud-init merges it.
+const MERGE_KEYS: [&str; 2] = ["merge_how", "merge_type"];
+
+/// A part's own `Merge-Type` header may only repeat the composer's additive one.
+fn check_merge_header(layer: &str, part: &UserDataPart) -> Result<()> {
+    for (name, value) in &part.headers {
+        if name.eq_ignore_ascii_case("Merge-Type") && value.trim() != super::MERGE_TYPE {
+            return Err(Error::invalid_spec(
+                format!("layer {layer}: part {}", part.filename),
+                format!(
+                    "its Merge-Type header changes how cloud-init merges it, so that earlier layers' lists or keys could be silently dropped; the composer merges every layer additively ({}): remove the header",
+                    super::MERGE_TYPE
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A template's merge keys are refused even when its check view lacks them: the view
+/// is a stand-in, the template is what cloud-init renders.
+fn refuse_merge_keys_in_template(layer: &str, part: &UserDataPart) -> Result<()> {
+    let text = String::from_utf8_lossy(&part.content);
+    for key in MERGE_KEYS {
+        if text
+            .lines()
+            .any(|l| l.trim_start_matches(['"', '\'']).starts_with(key))
+        {
+            return Err(merge_key(layer, key));
+        }
+    }
+    Ok(())
+}
+
+fn merge_key(layer: &str, key: &str) -> Error {
+    Error::invalid_spec(
+        key,
+        format!(
+            "layer {layer:?} sets {key}, which makes cloud-init merge its part differently (dropping earlier layers' write_files or runcmd, the composer's own too) while a merged document would ignore it; the composer merges every layer additively: remove {key}"
+        ),
+    )
+}
+
+fn unchecked_template(layer: &str, part: &UserDataPart) -> Error {
+    Error::invalid_spec(
+        format!("layer {layer}: part {}", part.filename),
+        "is a Jinja template that cloud-init renders on the machine, so the composer cannot check it against the other layers (keys set differently, users, files, their owners, host keys, merge settings) unless the part carries a check view: a rendering with stand-in values (UserDataPart::with_check_view; CloudConfigLayer::with_jinja2 makes one). An empty view (#cloud-config) says the template sets nothing another layer sets",
+    )
+}
+
+fn parse(
+    layer: &str,
+    part: &UserDataPart,
+    content: &[u8],
+) -> Result<Option<serde_json::Map<String, Value>>> {
     let field = format!("layer {layer}: part {}", part.filename);
-    let text = std::str::from_utf8(&part.content)
+    let text = std::str::from_utf8(content)
         .map_err(|_| Error::invalid_spec(field.clone(), "a cloud-config must be UTF-8 text"))?;
     // Values are never quoted: every field counts as secret.
     let value: Value = crate::spec::from_yaml_redacting(text, |_| true)
@@ -117,10 +275,58 @@ struct Merged {
     /// Each user name and file path with the layer and entry that brought it.
     users: BTreeMap<String, (String, Value)>,
     files: BTreeMap<String, String>,
+    /// Groups the document creates (top-level `groups`), with the layer.
+    groups: BTreeMap<String, String>,
+    /// Every `write_files` entry with an owner and no `defer`: the layer, the entry's
+    /// field, its path, owner user and group.
+    owned_files: Vec<OwnedFile>,
+    /// Layers with `runcmd`, in order.
+    commands: Vec<(String, usize)>,
+}
+
+struct OwnedFile {
+    layer: String,
+    field: String,
+    path: String,
+    user: String,
+    group: Option<String>,
 }
 
 impl Merged {
     fn add(&mut self, layer: &str, doc: serde_json::Map<String, Value>) -> Result<()> {
+        if let Some(key) = MERGE_KEYS.into_iter().find(|k| doc.contains_key(*k)) {
+            return Err(merge_key(layer, key));
+        }
+        if let Some(Value::Array(cmds)) = doc.get("runcmd") {
+            match self.commands.last_mut() {
+                Some((last, n)) if last == layer => *n += cmds.len(),
+                _ => self.commands.push((layer.to_owned(), cmds.len())),
+            }
+        }
+        match doc.get("groups") {
+            Some(Value::String(s)) => {
+                for g in s.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+                    self.groups
+                        .entry(g.to_owned())
+                        .or_insert_with(|| layer.to_owned());
+                }
+            }
+            Some(Value::Array(items)) => {
+                for item in items {
+                    let names: Vec<&String> = match item {
+                        Value::String(g) => vec![g],
+                        Value::Object(m) => m.keys().collect(),
+                        _ => Vec::new(),
+                    };
+                    for g in names {
+                        self.groups
+                            .entry(g.clone())
+                            .or_insert_with(|| layer.to_owned());
+                    }
+                }
+            }
+            _ => {}
+        }
         if doc.contains_key("ssh_keys")
             && let Some(first) = self.owners.get("ssh_keys")
             && first != layer
@@ -163,6 +369,20 @@ impl Merged {
                 let Some(Value::String(path)) = file.get("path") else {
                     continue;
                 };
+                let deferred = matches!(file.get("defer"), Some(Value::Bool(true)));
+                if let (Some(Value::String(owner)), false) = (file.get("owner"), deferred) {
+                    let (user, group) = match owner.split_once(':') {
+                        Some((u, g)) => (u, Some(g.to_owned())),
+                        None => (owner.as_str(), None),
+                    };
+                    self.owned_files.push(OwnedFile {
+                        layer: layer.to_owned(),
+                        field: format!("write_files[{i}].defer"),
+                        path: path.clone(),
+                        user: user.to_owned(),
+                        group,
+                    });
+                }
                 let append = matches!(file.get("append"), Some(Value::Bool(true)));
                 match self.files.get(path) {
                     Some(first) if first != layer && !append => {
@@ -181,6 +401,49 @@ impl Merged {
             }
         }
         merge_map(&mut self.doc, doc, "", layer, &mut self.owners)
+    }
+
+    /// A file owned by a user or group that the user data itself creates must be
+    /// deferred: cloud-init writes files in its init stage, before `users_groups` runs
+    /// in the config stage, so its chown fails ("Unknown user or group"), the file stays
+    /// root's and the files after it are never written. Whichever layer creates the
+    /// account, the composer sees it.
+    fn check_owners(&self) -> Result<()> {
+        for f in &self.owned_files {
+            // root exists before cloud-init, whatever a layer says of it.
+            if f.user == "root" && f.group.as_deref().is_none_or(|g| g == "root") {
+                continue;
+            }
+            let creator = self
+                .users
+                .get(&f.user)
+                .filter(|_| f.user != "root")
+                .map(|(layer, _)| (layer, "user", &f.user))
+                .or_else(|| {
+                    let g = f.group.as_ref()?;
+                    let layer = self
+                        .users
+                        .get(g)
+                        .map(|(l, _)| l)
+                        .or_else(|| self.groups.get(g))?;
+                    Some((layer, "group", g))
+                });
+            if let Some((creator, what, name)) = creator {
+                let by = if *creator == f.layer {
+                    "that layer creates".to_owned()
+                } else {
+                    format!("layer {creator:?} creates")
+                };
+                return Err(Error::invalid_spec(
+                    f.field.clone(),
+                    format!(
+                        "layer {:?} writes {:?} owned by {what} {name:?}, which {by} in the same user data; cloud-init writes files before it creates accounts, so the chown would fail: set defer: true",
+                        f.layer, f.path
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// A host name from one layer and an FQDN from another must agree.
@@ -393,7 +656,8 @@ mod tests {
             ("app", vec![cc("b", "runcmd: [false, true]\n")]),
         ];
         let parts = compose(layers.iter().map(|(n, p)| (*n, p.as_slice()))).unwrap();
-        assert_eq!(parts.len(), 3);
+        // strict, base, app's runcmd marker, app
+        assert_eq!(parts.len(), 4);
         assert_eq!(parts[0].filename, STRICT_COMMANDS);
         assert_eq!(parts[0].content, b"#cloud-config\nruncmd:\n- set -e\n");
         let layers = [("base", vec![cc("a", "packages: [curl]\n")])];
@@ -407,5 +671,154 @@ mod tests {
         assert_eq!(e.field(), Some("layer base: part a.yaml"));
         let e = check(&[("base", vec![cc("a.yaml", "key: [s3cr3t\n")])]).unwrap_err();
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    }
+
+    #[test]
+    fn a_file_owned_by_an_account_another_layer_creates_must_be_deferred() {
+        let users = (
+            "users",
+            vec![cc("u", "users: [{name: deploy}]\ngroups: [ops]\n")],
+        );
+        for owner in ["deploy", "deploy:deploy", "root:ops"] {
+            let files = (
+                "files",
+                vec![cc(
+                    "f",
+                    &format!("write_files: [{{path: /srv/a, owner: \"{owner}\"}}]\n"),
+                )],
+            );
+            let e = check(&[users.clone(), files]).unwrap_err();
+            assert_eq!(e.field(), Some("write_files[0].defer"), "{owner}: {e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("\"files\"") && msg.contains("\"users\""),
+                "{msg}"
+            );
+        }
+        check(&[
+            users.clone(),
+            (
+                "files",
+                vec![cc(
+                    "f",
+                    "write_files: [{path: /a, owner: deploy, defer: true}, {path: /b, owner: root}, {path: /c, owner: \"www-data:www-data\"}]\n",
+                )],
+            ),
+        ])
+        .unwrap();
+        // The same layer creating and owning is refused too: cloud-init's order is the same.
+        let e = check(&[(
+            "one",
+            vec![cc(
+                "o",
+                "users: [{name: app}]\nwrite_files: [{path: /a, owner: app}]\n",
+            )],
+        )])
+        .unwrap_err();
+        assert!(e.to_string().contains("that layer creates"), "{e}");
+    }
+
+    #[test]
+    fn merge_settings_in_a_layer_are_refused_naming_it() {
+        for yaml in [
+            "merge_how: [{name: list, settings: [replace]}]\n",
+            "merge_type: 'list(replace)'\n",
+        ] {
+            let e = check(&[
+                ("base", vec![cc("a", "runcmd: [a]\n")]),
+                ("app", vec![cc("b", yaml)]),
+            ])
+            .unwrap_err();
+            assert!(e.to_string().contains("layer \"app\" sets merge_"), "{e}");
+        }
+        let header = cc("b", "packages: [a]\n")
+            .with_header("Merge-Type", "list(replace)+dict(replace)+str()");
+        let e = check(&[("app", vec![header])]).unwrap_err();
+        assert!(e.to_string().contains("Merge-Type header"), "{e}");
+        let ours = cc("b", "packages: [a]\n").with_header("Merge-Type", super::super::MERGE_TYPE);
+        check(&[("app", vec![ours])]).unwrap();
+        let template = UserDataPart::new(
+            UserDataFormat::Jinja2,
+            "t",
+            "## template: jinja\n#cloud-config\nmerge_how: {{ how }}\n",
+        )
+        .with_check_view("#cloud-config\n");
+        let e = check(&[("tpl", vec![template])]).unwrap_err();
+        assert_eq!(e.field(), Some("merge_how"), "{e}");
+    }
+
+    #[test]
+    fn a_template_is_checked_through_its_view_and_refused_without_one() {
+        let template = UserDataPart::new(
+            UserDataFormat::Jinja2,
+            "host.yaml",
+            "## template: jinja\n#cloud-config\nhostname: {{ v1.local_hostname }}\n",
+        );
+        let e = check(&[("tpl", vec![template.clone()])]).unwrap_err();
+        assert!(e.to_string().contains("check view"), "{e}");
+        let viewed = template.with_check_view("#cloud-config\nhostname: web-1\n");
+        let e = check(&[
+            ("base", vec![cc("a", "hostname: db-1\n")]),
+            ("tpl", vec![viewed.clone()]),
+        ])
+        .unwrap_err();
+        assert_eq!(e.field(), Some("hostname"), "{e}");
+        check(&[
+            ("base", vec![cc("a", "hostname: web-1\n")]),
+            ("tpl", vec![viewed]),
+        ])
+        .unwrap();
+    }
+
+    #[test]
+    fn each_layers_commands_are_preceded_by_a_marker_naming_it() {
+        let layers = [
+            ("base", vec![cc("a", "runcmd: [a, b]\n")]),
+            ("quiet", vec![cc("q", "packages: [x]\n")]),
+            ("app's", vec![cc("b", "runcmd: [c]\n")]),
+        ];
+        let parts = compose(layers.iter().map(|(n, p)| (*n, p.as_slice()))).unwrap();
+        let names: Vec<_> = parts.iter().map(|p| p.filename.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                STRICT_COMMANDS,
+                "runcmd-of-base.cloud-config.yaml",
+                "a",
+                "q",
+                "runcmd-of-app_s.cloud-config.yaml",
+                "b"
+            ]
+        );
+        let marker = String::from_utf8(parts[4].content.clone()).unwrap();
+        let doc: serde_json::Value = serde_saphyr::from_str(&marker).unwrap();
+        let cmd = doc["runcmd"][0].as_str().unwrap();
+        // Run it as cloud-init would, into a scratch path.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m");
+        let cmd = cmd
+            .replace(RUNCMD_LAYER_PATH, path.to_str().unwrap())
+            .replace("mkdir -p /run/machine-core", "true");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &cmd])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "1 app's\n");
+    }
+
+    #[test]
+    fn a_private_host_key_without_its_public_half_is_refused() {
+        let parts = [cc("k", "ssh_keys: {ed25519_private: x}\n")];
+        let e = carried_host_keys("keys", &parts).unwrap_err();
+        assert_eq!(e.field(), Some("ssh_keys.ed25519_public"));
+        let parts = [cc(
+            "k",
+            "ssh_keys: {ed25519_private: x, ed25519_public: ssh-ed25519 AAAA c}\n",
+        )];
+        assert_eq!(
+            carried_host_keys("keys", &parts).unwrap(),
+            ["ssh-ed25519 AAAA c"]
+        );
     }
 }

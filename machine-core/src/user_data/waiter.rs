@@ -114,11 +114,13 @@ impl CompletionWaiter {
         struct Settings<'a> {
             report: &'a Report,
             result: &'a str,
+            runcmd_layer: &'a str,
             max_wait_s: u64,
         }
         let settings = serde_json::to_string(&Settings {
             report: &self.report,
             result: VERDICT_RESULT_PATH,
+            runcmd_layer: super::RUNCMD_LAYER_PATH,
             max_wait_s: self.max_wait.as_secs(),
         })
         .unwrap_or_default();
@@ -149,11 +151,24 @@ while not os.path.exists(cfg["result"]):
     if time.monotonic() > deadline:
         sys.exit(0)
     time.sleep(0.2)
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
 try:
     with open(cfg["result"]) as f:
         errors = [str(e) for e in json.load(f)["v1"]["errors"]]
 except Exception as e:
     errors = ["cannot read " + cfg["result"] + ": " + repr(e)]
+# cloud-init says only that runcmd failed; the composer marks whose commands ran.
+mark = read(cfg.get("runcmd_layer", ""))
+if mark and any("runcmd" in e for e in errors):
+    count, _, layer = mark.partition(" ")
+    errors.append("runcmd of layer " + layer + " failed (the first of its " + count
+                  + " commands to fail stopped the list)")
 report = cfg["report"]
 
 def write(path, text):
@@ -162,13 +177,6 @@ def write(path, text):
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
-
-def read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 if report["kind"] == "files":
     if errors:
