@@ -116,6 +116,11 @@ impl Bootstrap {
 
     /// The user-data parts in the chosen [`Output`] form.
     pub fn parts(&self) -> Result<Vec<UserDataPart>> {
+        self.parts_for("check-view")
+    }
+
+    /// The parts, Jinja parts with check views rendered for a machine named `machine`.
+    fn parts_for(&self, machine: &str) -> Result<Vec<UserDataPart>> {
         let mut parts = Vec::new();
         match self.output {
             Output::Merged => {
@@ -131,12 +136,14 @@ impl Bootstrap {
                     parts.push(part);
                 }
                 for l in &self.layers {
-                    parts.extend(l.other_parts());
+                    for part in l.other_parts(machine) {
+                        parts.push(part?);
+                    }
                 }
             }
             Output::Multipart => {
                 for l in &self.layers {
-                    parts.extend(l.parts()?);
+                    parts.extend(l.parts_for(machine)?);
                 }
             }
         }
@@ -227,7 +234,17 @@ impl Software for Bootstrap {
 
 /// Coupled only: cloud-init applies it at first boot.
 impl CoupledSoftware for Bootstrap {
-    fn user_data_parts(&self, _spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
-        self.parts()
+    fn user_data_parts(&self, spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
+        self.parts_for(spec.name.as_str())
+    }
+
+    /// Every layer's host keys, so that the composer pins what the merged document
+    /// installs.
+    fn host_keys(&self, spec: &MachineSpec) -> Result<Vec<String>> {
+        let mut keys = Vec::new();
+        for layer in &self.layers {
+            keys.extend(layer.host_keys(spec)?);
+        }
+        Ok(keys)
     }
 }

@@ -178,6 +178,20 @@ impl CompletionCheck for CloudInitStatus {
         }
         // cloud-init exits 1 on error and 2 when degraded, still printing its status.
         match parse_status(&stdout) {
+            Ok(CloudInitState::Error(mut errors)) => {
+                // cloud-init says only that runcmd failed; the composer's marker says
+                // whose commands were running.
+                if errors.iter().any(|e| e.contains("runcmd"))
+                    && let Ok(Some(mark)) = transport
+                        .read_file(machine_core::user_data::RUNCMD_LAYER_PATH, 4096)
+                        .await
+                    && let Some(line) =
+                        machine_core::user_data::runcmd_failure(&String::from_utf8_lossy(&mark))
+                {
+                    errors.push(line);
+                }
+                Ok(self.completion(CloudInitState::Error(errors)))
+            }
             Ok(state) => Ok(self.completion(state)),
             Err(e) if !out.success() => out
                 .check(STATUS_COMMAND)

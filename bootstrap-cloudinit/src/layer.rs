@@ -9,6 +9,7 @@ use machine_core::{
     check_dns_label,
 };
 
+use crate::check_view::render_view;
 use crate::merge::MERGE_TYPE;
 use crate::model::CloudConfig;
 use crate::render::render_unchecked;
@@ -40,6 +41,10 @@ pub enum LayerPart {
         filename: String,
         /// The template.
         template: String,
+        /// Whether the composer's checks see the template as setting nothing (added with
+        /// [`CloudConfigLayer::with_jinja2_unchecked`]) rather than through a rendering
+        /// with stand-in instance data.
+        unchecked: bool,
     },
 }
 
@@ -102,7 +107,9 @@ impl fmt::Debug for LayerPart {
         let (kind, filename, content) = match self {
             LayerPart::ShellScript { filename, script } => ("ShellScript", filename, script),
             LayerPart::Boothook { filename, script } => ("Boothook", filename, script),
-            LayerPart::Jinja2 { filename, template } => ("Jinja2", filename, template),
+            LayerPart::Jinja2 {
+                filename, template, ..
+            } => ("Jinja2", filename, template),
         };
         f.debug_struct(kind)
             .field("filename", filename)
@@ -180,12 +187,34 @@ impl CloudConfigLayer {
 
     /// Adds a Jinja part cloud-init renders on the machine; it must begin with
     /// `## template: jinja`.
+    ///
+    /// The composer checks it against the other layers through a rendering with stand-in
+    /// instance data: the machine's name as `v1.local_hostname` (and its aliases),
+    /// placeholders for what only the machine knows, anything else empty. So a template
+    /// setting `hostname` conflicts with another layer's `hostname` as it would on the
+    /// machine. A template that cannot be rendered so is refused here; add it with
+    /// [`CloudConfigLayer::with_jinja2_unchecked`] if it sets nothing another layer sets.
     pub fn with_jinja2(
-        mut self,
+        self,
         filename: impl Into<String>,
         template: impl Into<String>,
     ) -> Result<Self> {
-        let (filename, template) = (filename.into(), template.into());
+        self.add_jinja2(filename.into(), template.into(), false)
+    }
+
+    /// Adds a Jinja part that the composer's checks see as setting nothing: for a
+    /// template that cannot be rendered without the machine's real instance data, and
+    /// that its author knows sets no key, user, file or host key another layer sets.
+    /// Its merge settings are still refused.
+    pub fn with_jinja2_unchecked(
+        self,
+        filename: impl Into<String>,
+        template: impl Into<String>,
+    ) -> Result<Self> {
+        self.add_jinja2(filename.into(), template.into(), true)
+    }
+
+    fn add_jinja2(mut self, filename: String, template: String, unchecked: bool) -> Result<Self> {
         check_part(
             &self.name,
             &filename,
@@ -193,7 +222,15 @@ impl CloudConfigLayer {
             "## template: jinja",
             "a cloud-init Jinja template",
         )?;
-        self.parts.push(LayerPart::Jinja2 { filename, template });
+        if !unchecked {
+            render_view(&template, "check-view")
+                .map_err(|e| e.within(&format!("layer {}.parts.{filename}", self.name)))?;
+        }
+        self.parts.push(LayerPart::Jinja2 {
+            filename,
+            template,
+            unchecked,
+        });
         Ok(self)
     }
 
@@ -243,8 +280,14 @@ impl CloudConfigLayer {
 
     /// The layer's user-data parts: the cloud-config (when not empty) with the
     /// `Merge-Type` header, then the other parts in the order added. File names start
-    /// with the layer's name, so size errors and reports name the layer.
+    /// with the layer's name, so size errors and reports name the layer. Jinja parts
+    /// carry check views rendered for a machine named `check-view`; the composer asks
+    /// for them per machine ([`CoupledSoftware::user_data_parts`]).
     pub fn parts(&self) -> Result<Vec<UserDataPart>> {
+        self.parts_for("check-view")
+    }
+
+    pub(crate) fn parts_for(&self, machine: &str) -> Result<Vec<UserDataPart>> {
         let mut out = Vec::with_capacity(1 + self.parts.len());
         if self.config != CloudConfig::default() {
             out.push(
@@ -256,30 +299,53 @@ impl CloudConfigLayer {
                 .with_header("Merge-Type", MERGE_TYPE),
             );
         }
-        out.extend(self.other_parts());
+        for part in self.other_parts(machine) {
+            out.push(part?);
+        }
         Ok(out)
     }
 
-    pub(crate) fn other_parts(&self) -> impl Iterator<Item = UserDataPart> + '_ {
-        self.parts.iter().map(|p| match p {
-            LayerPart::ShellScript { filename, script } => UserDataPart::new(
-                UserDataFormat::ShellScript,
-                format!("{}.{filename}", self.name),
-                script.clone(),
-            ),
-            LayerPart::Boothook { filename, script } => UserDataPart::new(
-                UserDataFormat::CloudBoothook,
-                format!("{}.{filename}", self.name),
-                script.clone(),
-            ),
-            // cloud-init hands the rendered template, with this part's headers, to the
-            // handler of what it rendered to: a cloud-config needs the merge header too.
-            LayerPart::Jinja2 { filename, template } => UserDataPart::new(
-                UserDataFormat::Jinja2,
-                format!("{}.{filename}", self.name),
-                template.clone(),
-            )
-            .with_header("Merge-Type", MERGE_TYPE),
+    /// The parts besides the cloud-config; Jinja parts with their check views for a
+    /// machine named `machine`.
+    pub(crate) fn other_parts<'a>(
+        &'a self,
+        machine: &'a str,
+    ) -> impl Iterator<Item = Result<UserDataPart>> + 'a {
+        self.parts.iter().map(move |p| {
+            Ok(match p {
+                LayerPart::ShellScript { filename, script } => UserDataPart::new(
+                    UserDataFormat::ShellScript,
+                    format!("{}.{filename}", self.name),
+                    script.clone(),
+                ),
+                LayerPart::Boothook { filename, script } => UserDataPart::new(
+                    UserDataFormat::CloudBoothook,
+                    format!("{}.{filename}", self.name),
+                    script.clone(),
+                ),
+                // cloud-init hands the rendered template, with this part's headers, to the
+                // handler of what it rendered to: a cloud-config needs the merge header too.
+                LayerPart::Jinja2 {
+                    filename,
+                    template,
+                    unchecked,
+                } => {
+                    let view = if *unchecked {
+                        b"#cloud-config\n".to_vec()
+                    } else {
+                        render_view(template, machine).map_err(|e| {
+                            e.within(&format!("layer {}.parts.{filename}", self.name))
+                        })?
+                    };
+                    UserDataPart::new(
+                        UserDataFormat::Jinja2,
+                        format!("{}.{filename}", self.name),
+                        template.clone(),
+                    )
+                    .with_header("Merge-Type", MERGE_TYPE)
+                    .with_check_view(view)
+                }
+            })
         })
     }
 }
@@ -308,7 +374,20 @@ impl Software for CloudConfigLayer {
 
 /// Coupled only: cloud-init applies it at first boot.
 impl CoupledSoftware for CloudConfigLayer {
-    fn user_data_parts(&self, _spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
-        self.parts()
+    fn user_data_parts(&self, spec: &MachineSpec) -> Result<Vec<UserDataPart>> {
+        self.parts_for(spec.name.as_str())
+    }
+
+    /// The public halves of the layer's `ssh_keys`, so that the composer pins the host
+    /// keys this layer installs.
+    fn host_keys(&self, _spec: &MachineSpec) -> Result<Vec<String>> {
+        let Some(keys) = &self.config.ssh_keys else {
+            return Ok(Vec::new());
+        };
+        Ok([&keys.ed25519_public, &keys.ecdsa_public, &keys.rsa_public]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect())
     }
 }

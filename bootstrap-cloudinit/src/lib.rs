@@ -18,6 +18,7 @@
 //! Every document the tests render is checked by the real `cloud-init schema`.
 
 mod bootstrap;
+mod check_view;
 mod completion;
 mod hostkeys;
 mod ignition;
@@ -44,7 +45,7 @@ pub use model::{
 pub use phone_home::{PhoneHomeCheck, PhoneHomeListener, PhoneHomeReport};
 pub use render::{HEADER, parse, render};
 pub use secret::Secret;
-pub use template::{SecretVars, Templates};
+pub use template::{SecretVars, TEMPLATE_FUEL, Templates};
 pub use validate::{SYSTEM_GROUPS, SYSTEM_USERS, validate_with};
 
 /// The checks cloud-config validation runs on names and keys, for crates that render

@@ -53,11 +53,18 @@ impl Default for Templates {
     }
 }
 
+/// The work one render may do, in minijinja's fuel (about one unit per instruction):
+/// generous for any real document (rendering a thousand users costs tens of thousands)
+/// and a bound for loops that would run for ever (`range(10000)` inside `range(10000)`).
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
+
 impl Templates {
-    /// An empty set with strict undefined behaviour and the helpers above.
+    /// An empty set with strict undefined behaviour, the helpers above and a bound on
+    /// the work of each render ([`TEMPLATE_FUEL`]).
     pub fn new() -> Self {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         // Keep the final newline of a document, as cloud-init's own renderer does.
         if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
             .keep_trailing_newline(true)
@@ -430,6 +437,10 @@ fn template_error(name: &str, source: &str, e: &minijinja::Error, missing: &[Str
     }
     if e.kind() == JinjaKind::UndefinedError && !missing.is_empty() {
         msg.push_str(&format!("undefined variable {}", missing.join(", ")));
+    } else if e.kind() == JinjaKind::OutOfFuel {
+        msg.push_str(&format!(
+            "the render did more than its bound of work ({TEMPLATE_FUEL} steps): a loop too large?"
+        ));
     } else {
         msg.push_str(&e.kind().to_string());
         if let Some(d) = e.detail() {
@@ -444,6 +455,19 @@ fn template_error(name: &str, source: &str, e: &minijinja::Error, missing: &[Str
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn nested_loops_stop_at_the_work_bound() {
+        let mut t = Templates::new();
+        t.add(
+            "loops.yaml",
+            "#cloud-config\nruncmd:\n{% for a in range(10000) %}{% for b in range(10000) %}  - x\n{% endfor %}{% endfor %}",
+        )
+        .unwrap();
+        let e = t.render("loops.yaml", &json!({})).unwrap_err();
+        assert_eq!(e.field(), Some("template loops.yaml"), "{e}");
+        assert!(e.to_string().contains("bound of work"), "{e}");
+    }
 
     #[test]
     fn syntax_errors_name_line_and_column() {

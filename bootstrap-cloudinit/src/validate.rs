@@ -36,6 +36,16 @@ pub const SYSTEM_GROUPS: &[&str] = &[
 /// cannot apply are refused: `0000` (its chmod skips mode 0 and the file stays 0644) and
 /// set-id bits (its chown after the chmod clears them; the sticky bit survives).
 pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Result<()> {
+    for key in ["merge_how", "merge_type"] {
+        if config.extra.contains_key(key) {
+            return Err(Error::invalid_spec(
+                key,
+                format!(
+                    "changes how cloud-init merges this layer's part (in a multipart it can drop earlier layers' write_files and runcmd, while a merged document ignores it); layers merge additively: remove {key}"
+                ),
+            ));
+        }
+    }
     if let Some(h) = &config.hostname {
         host_label("hostname", h)?;
     }
@@ -133,8 +143,11 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
             named(|| format!("{}.owner", field()), |n| account_name(n, user))?;
             if owner.contains(':') {
                 named(|| format!("{}.owner", field()), |n| account_name(n, group))?;
-                let existing =
-                    SYSTEM_GROUPS.contains(&group) || extra_system_users.iter().any(|u| u == group);
+                // An account the document creates does not exist when files are written,
+                // even if a layer declared it as one "another layer creates".
+                let existing = SYSTEM_GROUPS.contains(&group)
+                    || (extra_system_users.iter().any(|u| u == group)
+                        && !created_groups.contains(group));
                 if created_groups.contains(group) && !existing && !f.defer {
                     return Err(Error::invalid_spec(
                         format!("{}.defer", field()),
@@ -144,8 +157,8 @@ pub fn validate_with(config: &CloudConfig, extra_system_users: &[String]) -> Res
                     ));
                 }
             }
-            let system =
-                SYSTEM_USERS.contains(&user) || extra_system_users.iter().any(|u| u == user);
+            let system = SYSTEM_USERS.contains(&user)
+                || (extra_system_users.iter().any(|u| u == user) && !created.contains(user));
             if !system {
                 if !created.contains(user) {
                     return Err(Error::invalid_spec(

@@ -325,11 +325,12 @@ async fn assert_outcome(specs: &[Spec], root: &Root, machine: &Machine, check: &
             };
             assert!(msg.contains("scripts-user"), "{msg}");
             let part = if f.kind == Kind::Bootstrap {
-                "runcmd"
+                // cloud-init says only "runcmd"; the composer's marker names the layer.
+                format!("runcmd of layer {} failed", f.name)
             } else {
-                &f.name
+                f.name.clone()
             };
-            assert!(msg.contains(part), "the failing part is named: {msg}");
+            assert!(msg.contains(&part), "the failing part is named: {msg}");
         }
     }
     if check.kind == CheckKind::Sentinel {
@@ -479,6 +480,62 @@ fn conflicts_cloud_init_would_resolve_silently_are_refused_naming_both_layers() 
         "{msg}"
     );
     assert!(!msg.contains("PRIVATE"), "{msg}");
+}
+
+/// Layer A creates `deploy`; layer B, declaring it as an account another layer
+/// creates, writes a file owned by it. Without `defer` cloud-init's init stage would
+/// fail the chown (the account does not exist yet) and skip the files after it: the
+/// composer and a merged `Bootstrap` refuse it naming both layers; deferred, the real
+/// cloud-init writes it owned by `deploy`, and the next file too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_owned_by_an_account_another_layer_creates_lands_owned_by_it_once_deferred() {
+    let accounts = || {
+        CloudConfigLayer::new(
+            "accounts",
+            CloudConfig::new().with_user(User::new("deploy")),
+        )
+        .unwrap()
+    };
+    let files = |deferred: bool| {
+        let mut owned = WriteFile::new("/srv/deploy.conf", "owned\n").owner("deploy:deploy");
+        if deferred {
+            owned = owned.deferred();
+        }
+        CloudConfigLayer::with_system_users(
+            "files",
+            CloudConfig::new()
+                .with_file(owned)
+                .with_file(WriteFile::new("/srv/next.conf", "next\n")),
+            vec!["deploy".into()],
+        )
+        .unwrap()
+    };
+    let check = Check::new(CheckKind::Status);
+    let spec = MachineSpec::new(MachineName::new("web-1").unwrap());
+    let layers: Vec<Arc<dyn CoupledSoftware>> = vec![Arc::new(accounts()), Arc::new(files(false))];
+    let e = composer(&layers, &check).user_data(&spec).unwrap_err();
+    assert_eq!(e.field(), Some("write_files[0].defer"), "{e}");
+    assert!(
+        e.to_string().contains("\"files\"") && e.to_string().contains("\"accounts\""),
+        "{e}"
+    );
+    let e = Bootstrap::new("merged", vec![accounts(), files(false)]).unwrap_err();
+    assert_eq!(e.field(), Some("write_files[0].defer"), "{e}");
+
+    let layers: Vec<Arc<dyn CoupledSoftware>> = vec![Arc::new(accounts()), Arc::new(files(true))];
+    let (root, machine) = boot(&user_data(&layers, &check), &check);
+    assert_eq!(
+        check.check.check(&machine, &root).await.unwrap(),
+        Completion::Done
+    );
+    let passwd = root
+        .account("/etc/passwd", "deploy")
+        .expect("deploy was created");
+    let uid: u32 = passwd.split(':').nth(2).unwrap().parse().unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(root.upper("/srv/deploy.conf")).unwrap();
+    assert_eq!(meta.uid(), uid, "the deferred file is owned by deploy");
+    assert_eq!(root.read("/srv/next.conf"), "next\n");
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
