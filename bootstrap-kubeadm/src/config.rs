@@ -194,17 +194,15 @@ impl KubeadmConfig {
             .flat_map(|d| d.strip_prefix("---\n").or(Some(d)))
             .filter(|d| !d.trim().is_empty())
             .collect();
-        let bad = |e: serde_saphyr::Error| {
-            Error::invalid_spec("kubeadm config", format!("does not parse: {e}"))
-        };
+        // The documents hold the bootstrap token and the certificate key: an error
+        // names the line and the field, never the source text or a value.
+        fn read<T: serde::de::DeserializeOwned>(doc: &str) -> Result<T> {
+            machine_core::from_yaml_redacting(doc, |_| true)
+                .map_err(|e| Error::invalid_spec("kubeadm config", format!("does not parse: {e}")))
+        }
         match docs.as_slice() {
-            [one] => Ok(KubeadmConfig::Join(
-                serde_saphyr::from_str(one).map_err(bad)?,
-            )),
-            [a, b] => Ok(KubeadmConfig::Init(
-                serde_saphyr::from_str(a).map_err(bad)?,
-                serde_saphyr::from_str(b).map_err(bad)?,
-            )),
+            [one] => Ok(KubeadmConfig::Join(read(one)?)),
+            [a, b] => Ok(KubeadmConfig::Init(read(a)?, read(b)?)),
             _ => Err(Error::invalid_spec(
                 "kubeadm config",
                 format!("has {} documents, not 1 (join) or 2 (init)", docs.len()),

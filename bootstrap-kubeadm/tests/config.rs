@@ -265,3 +265,17 @@ fn bad_input_names_the_field_and_never_shows_a_secret() {
         );
     }
 }
+
+/// A config that does not parse (a hand-edited file, a broken render) is refused with
+/// its line, never its source text: the token sits on one of those lines.
+#[test]
+fn a_config_that_does_not_parse_never_shows_its_token() {
+    let text = format!(
+        "apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\ndiscovery:\n  bootstrapToken:\n    token: {TOKEN}\n    apiServerEndpoint: [unclosed\n"
+    );
+    let e = KubeadmConfig::parse(&text).unwrap_err();
+    let msg = format!("{e} {e:?}");
+    assert!(!msg.contains(TOKEN), "the token is shown: {msg}");
+    assert!(!msg.contains("0123456789"), "the token is shown: {msg}");
+    assert!(msg.contains("line"), "the line is named: {msg}");
+}
