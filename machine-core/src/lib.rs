@@ -90,7 +90,8 @@ pub use spec::{
     check_unique_names, from_json, from_json_redacting, from_yaml, from_yaml_redacting,
 };
 pub use transport::{
-    Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, RemoteShell, Transport,
+    Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, MASK, MIN_MASKED_LEN,
+    RemoteShell, Transport,
 };
 pub use user_data::{ContentEncoding, UserData, UserDataFormat, UserDataPart};
 

@@ -124,6 +124,56 @@ impl ExecRequest {
     }
 }
 
+/// What [`ExecRequest::mask_output`] writes in place of a secret value.
+pub const MASK: &str = "***";
+
+/// Secret values shorter than this are not masked: masking every `a` of an output for a
+/// one-letter "secret" would destroy it and protect nothing.
+pub const MIN_MASKED_LEN: usize = 4;
+
+impl ExecRequest {
+    /// Masks the request's secret environment values (and each of their lines, for a
+    /// multi-line value such as a key) wherever they appear in `output`'s stdout and
+    /// stderr, the way CI systems mask secrets in logs: a command that echoes its token
+    /// must not put it in an error, a verdict or a debug log. Every [`Transport`]
+    /// applies it to what it returns, before anything is logged.
+    pub fn mask_output(&self, output: &mut ExecOutput) {
+        let mut secrets: Vec<&[u8]> = Vec::new();
+        for (_, value) in &self.env {
+            let value = value.expose_secret();
+            secrets.push(value.as_bytes());
+            if value.contains('\n') {
+                secrets.extend(value.lines().map(str::as_bytes));
+            }
+        }
+        secrets.retain(|s| s.len() >= MIN_MASKED_LEN);
+        // Longest first, so that a value containing another is masked whole.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        if secrets.is_empty() {
+            return;
+        }
+        for stream in [&mut output.stdout, &mut output.stderr] {
+            for secret in &secrets {
+                *stream = replace_all(stream, secret, MASK.as_bytes());
+            }
+        }
+    }
+}
+
+/// `haystack` with every occurrence of `needle` replaced by `with`.
+fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut rest = haystack;
+    while let Some(at) = rest.windows(needle.len()).position(|w| w == needle) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(with);
+        rest = &rest[at + needle.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
 impl fmt::Debug for ExecRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
@@ -274,8 +324,9 @@ impl fmt::Debug for FileUpload {
 /// An open connection to one running machine.
 #[async_trait]
 pub trait Transport: Send + Sync {
-    /// Runs a command and reports its status and bounded output. A non-zero exit is not
-    /// an error here (see [`ExecOutput::check`]); a lost connection is transient.
+    /// Runs a command and reports its status and bounded output, with the request's
+    /// secret values masked ([`ExecRequest::mask_output`]). A non-zero exit is not an
+    /// error here (see [`ExecOutput::check`]); a lost connection is transient.
     async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput>;
 
     /// Writes a file with its mode (and owner), replacing any file at that path.
@@ -329,6 +380,27 @@ mod tests {
         let plain = ExecRequest::new("echo hi").sudo().remote_shell().unwrap();
         assert_eq!(plain.line, "sudo -n sh -c 'echo hi'");
         assert!(plain.stdin_prefix.is_empty());
+    }
+
+    #[test]
+    fn secret_values_echoed_by_a_command_are_masked() {
+        let req = ExecRequest::new("x")
+            .env("TOKEN", SecretString::from("abcdef.0123456789abcdef"))
+            .env(
+                "KEY",
+                SecretString::from("-----BEGIN KEY-----\nAAAAsecretline\n-----END KEY-----"),
+            )
+            .env("SHORT", SecretString::from("ab"));
+        let mut out = ExecOutput::new(
+            Some(1),
+            b"token abcdef.0123456789abcdef ok".to_vec(),
+            b"bad key line AAAAsecretline; ab stays\n".to_vec(),
+        );
+        req.mask_output(&mut out);
+        assert_eq!(out.stdout, b"token *** ok");
+        assert_eq!(out.stderr, b"bad key line ***; ab stays\n");
+        let e = out.check("x").unwrap_err().to_string();
+        assert!(!e.contains("secretline"), "{e}");
     }
 
     #[test]

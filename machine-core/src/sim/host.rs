@@ -95,6 +95,7 @@ impl Transport for SimTransport {
         };
         self.cell.lock().commands.push(shown);
         let mut out = self.cloud.exec_response(&request.command);
+        request.mask_output(&mut out);
         // Keep the tail within the bound, as real transports do.
         for stream in [&mut out.stdout, &mut out.stderr] {
             if stream.len() > request.max_output {
