@@ -20,7 +20,7 @@ use crate::netns::NamespaceEngine;
 use crate::state::{self, Leases, MachineRecord, NameLock};
 use crate::status::{self, OUTPUT_LOG};
 
-/// The scheme of this provider's IDs: `local:///<owner>/<name>`.
+/// The scheme of this provider's IDs: `local:///<owner>/<name>/<generation>`.
 pub const SCHEME: &str = "local";
 
 /// The largest user data accepted, in bytes as given. cloud-init reads the NoCloud
