@@ -328,11 +328,20 @@ impl LocalProvider {
     }
 
     /// Removes whatever is left of machine `name` and gives its address back: for a
-    /// create that failed half-way, and for the last step of a delete. Idempotent.
+    /// create that failed half-way, and for what a delete found with no record.
+    /// Idempotent.
     fn discard(&self, name: &MachineName) -> Result<()> {
+        if let Some(r) = state::read(&self.machine_dir(name))? {
+            self.engine.remove(&r)?;
+        }
+        self.forget(name)
+    }
+
+    /// Gives the addresses of machine `name` back and removes its directory, the record
+    /// last: the end of a delete, once the machine is off the host. Idempotent.
+    fn forget(&self, name: &MachineName) -> Result<()> {
         let dir = self.machine_dir(name);
         if let Some(r) = state::read(&dir)? {
-            self.engine.remove(&r)?;
             self.leases().release(r.address, &self.holder(name))?;
         }
         self.leases().release_all_of(&self.holder(name))?;
@@ -430,7 +439,7 @@ impl LocalProvider {
         let r = record.clone();
         self.locked(lock, move |p| p.engine.remove(&r)).await?;
         let name = record.name.clone();
-        self.locked(lock, move |p| p.discard(&name)).await
+        self.locked(lock, move |p| p.forget(&name)).await
     }
 
     fn power_blocking(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
