@@ -178,6 +178,45 @@ async fn creates_and_deletes_abandoned_at_each_await_point_are_finished_by_a_new
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_killed_before_its_boot_was_recorded_is_provisioning_until_a_create_boots_it() {
+    let lab = Lab::new();
+    let p = lab.provider("start");
+    let name = MachineName::new("restart").unwrap();
+    let m = p
+        .create(&MachineSpec::new(name.clone()), None)
+        .await
+        .unwrap();
+    wait_phase(p.as_ref(), &m.provider_id, BOOT, |ph| ph.is_running()).await;
+    p.power(&m.provider_id, machine_core::PowerOp::Stop)
+        .await
+        .unwrap();
+    // What a start killed between recording it and booting leaves: a record that
+    // should run with no boot, and the finished boot's cloud-init result still on disk.
+    let state = p.machine_dir(&name).join("state.json");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    record["powered"] = true.into();
+    record["boot"] = serde_json::Value::Null;
+    std::fs::write(&state, serde_json::to_vec(&record).unwrap()).unwrap();
+    let seen = p.get(&m.provider_id).await.unwrap();
+    assert_eq!(
+        seen.phase,
+        Phase::Provisioning,
+        "an earlier boot's result read as this one's"
+    );
+    // The next create adopts it and boots it.
+    let again = p.create(&MachineSpec::new(name), None).await.unwrap();
+    assert_eq!(again.provider_id, m.provider_id);
+    let booted = wait_phase(p.as_ref(), &m.provider_id, BOOT, |ph| {
+        ph != Phase::Provisioning
+    })
+    .await;
+    assert_eq!(booted.phase, Phase::Provisioned, "{:?}", booted.failure);
+    p.delete(&m.provider_id).await.unwrap();
+    assert_nothing_left(&lab, "start");
+}
+
 /// Runs `fut` to the end, counting how often it was pending.
 async fn count_pendings<F: Future>(fut: F) -> (F::Output, usize) {
     let mut fut = Box::pin(fut);
