@@ -55,7 +55,8 @@ pub trait Engine: Send + Sync + fmt::Debug {
     fn read_file(&self, dir: &Path, path: &str) -> Result<Option<Vec<u8>>>;
 
     /// Attaches the machine to the network and boots it: cloud-init's stages, then
-    /// sshd on the machine's address. Returns the process that holds the machine.
+    /// sshd on the machine's address. Returns the process that holds the machine. The
+    /// provider halts the machine first, so nothing of it runs when this is called.
     fn boot(&self, dir: &Path, record: &MachineRecord) -> Result<ProcessRef>;
 
     /// Whether the machine's boot process is alive.

@@ -23,6 +23,14 @@
 //! namespace and its directory; nothing was ever mounted outside the machine's own
 //! mount namespace.
 //!
+//! Crash safety: create, delete and power hold the machine's lock (an `flock`, which the
+//! kernel drops when its holder dies) and go in steps, each idempotent, each recorded
+//! before the next: files, then the record, then the boot; a delete marks the record,
+//! removes the machine from the host, then its directory with the record last. A
+//! controller killed between any two steps leaves a state the next create (or delete)
+//! of the name, from any process, finishes: a recorded machine with no recorded boot is
+//! booted by whoever adopts it, after halting anything an unrecorded boot left running.
+//!
 //! Needs root. The engine sits behind the small [`Engine`] seam; [`NamespaceEngine`] is
 //! the only implementation (systemd-nspawn and podman do not run on this kind of host).
 //!

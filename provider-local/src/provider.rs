@@ -4,31 +4,32 @@ use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use machine_core::{
     Access, Address, AddressKind, Capabilities, Error, ErrorKind, Labels, Machine, MachineName,
     MachineProvisioner, MachineSpec, PowerOp, PowerOperations, ProviderId, Result, SizeBasis,
-    SshEndpoint, UserData, UserDataDelivery, UserDataFormat, user_data,
+    SshEndpoint, UserData, UserDataDelivery, UserDataFormat, shown, user_data,
 };
 
 use crate::config::{LocalConfig, Subnet};
 use crate::engine::{Engine, Network};
 use crate::errors;
 use crate::netns::NamespaceEngine;
-use crate::state::{self, Leases, MachineRecord};
+use crate::state::{self, Leases, MachineRecord, NameLock};
 use crate::status::{self, OUTPUT_LOG};
 
-/// The scheme of this provider's IDs: `local:///<owner>/<name>`.
+/// The scheme of this provider's IDs: `local:///<owner>/<name>/<generation>`.
 pub const SCHEME: &str = "local";
 
 /// The largest user data accepted, in bytes as given. cloud-init reads the NoCloud
 /// seed from a file, so the limit only keeps a runaway document from filling /run.
 pub const MAX_USER_DATA: usize = 256 * 1024;
 
-/// How long a create waits for a concurrent create of the same name to record it.
-const ADOPT_WAIT: Duration = Duration::from_secs(30);
+/// The directory, inside an owner's, of the machines' lock files (see [`NameLock`]);
+/// never a machine's name, which cannot start with a dot.
+const LOCKS_DIR: &str = ".locks";
 
 /// Where the provider puts the authorized keys of `spec.ssh` inside a machine; the
 /// machine's sshd reads them beside the user's own `~/.ssh/authorized_keys`, so user
@@ -131,26 +132,52 @@ impl LocalProvider {
         format!("{}/{}", self.config.owner, name)
     }
 
-    fn provider_id(&self, name: &MachineName) -> Result<ProviderId> {
-        ProviderId::new(format!("{SCHEME}:///{}/{}", self.config.owner, name))
+    /// The ID of the machine `r` records: `local:///<owner>/<name>/<generation>`. The
+    /// generation is new for every machine made, so the ID of a deleted machine never
+    /// names a later machine of the same name (a stale delete cannot remove it).
+    fn provider_id(&self, r: &MachineRecord) -> Result<ProviderId> {
+        ProviderId::new(format!(
+            "{SCHEME}:///{}/{}/{}",
+            self.config.owner,
+            r.name,
+            r.generation()
+        ))
     }
 
-    /// The machine name `id` stands for, when it is one of this owner's IDs.
-    fn name_of(&self, id: &ProviderId) -> Option<MachineName> {
+    /// The machine name and generation `id` stands for, when it is one of this
+    /// owner's IDs.
+    fn name_of(&self, id: &ProviderId) -> Option<(MachineName, String)> {
         if id.scheme() != SCHEME {
             return None;
         }
         let rest = id.as_str().strip_prefix("local:///")?;
-        let (owner, name) = rest.split_once('/')?;
-        if owner != self.config.owner {
+        let mut parts = rest.split('/');
+        let (owner, name, generation) = (parts.next()?, parts.next()?, parts.next()?);
+        if owner != self.config.owner || parts.next().is_some() || generation.is_empty() {
             return None;
         }
-        MachineName::new(name).ok()
+        Some((MachineName::new(name).ok()?, generation.to_owned()))
+    }
+
+    /// The record of the machine `id` names: `Ok(None)` when there is none, also when
+    /// the name is now held by another (later) machine.
+    fn record_of(&self, id: &ProviderId) -> Result<Option<(PathBuf, MachineRecord)>> {
+        let Some((name, generation)) = self.name_of(id) else {
+            return Ok(None);
+        };
+        Ok(self
+            .record(&name)?
+            .filter(|(_, r)| r.generation() == generation))
+    }
+
+    /// The not-found error for `id`.
+    fn no_machine(&self, id: &ProviderId) -> Error {
+        Error::not_found(format!("{self} has no machine {id}"))
     }
 
     fn to_machine(&self, dir: &Path, r: &MachineRecord) -> Result<Machine> {
         let (phase, failure) = status::observe(self.engine.as_ref(), dir, r)?;
-        let mut m = Machine::new(r.name.clone(), self.provider_id(&r.name)?, phase);
+        let mut m = Machine::new(r.name.clone(), self.provider_id(r)?, phase);
         m.failure = failure;
         m.labels = r.labels.clone();
         let ip = r.address.to_string();
@@ -188,66 +215,21 @@ impl LocalProvider {
         Ok(state::read(&dir)?.map(|r| (dir, r)))
     }
 
-    fn create_blocking(&self, spec: &MachineSpec, ud: Option<&UserData>) -> Result<Machine> {
-        self.engine.ensure_network(&self.network())?;
-        let owner_dir = self.owner_dir();
-        fs::create_dir_all(&owner_dir).map_err(|e| errors::io("creating", &owner_dir, e))?;
+    /// Takes the lock of machine `name` (see [`NameLock`]).
+    fn lock(&self, name: &MachineName) -> Result<NameLock> {
+        NameLock::acquire(&self.owner_dir().join(LOCKS_DIR).join(name.as_str()))
+    }
+
+    /// Step of a create that makes a machine: clears what an earlier create of the name
+    /// left before it died (its directory, its address), then takes an address. Under
+    /// the name's lock, with no record: nothing of the name runs, since a machine boots
+    /// only once its record is written.
+    fn prepare(&self, spec: &MachineSpec, ud: Option<&UserData>) -> Result<MachineRecord> {
         let dir = self.machine_dir(&spec.name);
-        // Creating the directory is the claim on the name: exactly one creator wins,
-        // every other one adopts what the winner records.
-        match fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return self.adopt(&dir, &spec.name);
-            }
-            Err(e) => return Err(errors::io("creating", &dir, e)),
-        }
-        match self.make(&dir, spec, ud) {
-            Ok(m) => Ok(m),
-            Err(e) => {
-                // Leave nothing behind for a create that failed half-way.
-                if let Ok(Some(r)) = state::read(&dir) {
-                    let _ = self.engine.remove(&r);
-                }
-                let _ = self.leases().release_all_of(&self.holder(&spec.name));
-                let _ = fs::remove_dir_all(&dir);
-                Err(e)
-            }
-        }
-    }
-
-    fn adopt(&self, dir: &Path, name: &MachineName) -> Result<Machine> {
-        let deadline = Instant::now() + ADOPT_WAIT;
-        loop {
-            if let Some(r) = state::read(dir)? {
-                if r.deleting {
-                    return Err(Error::new(
-                        ErrorKind::Conflict,
-                        format!("machine {name} is being deleted; create it again when it is gone"),
-                    ));
-                }
-                return self.to_machine(dir, &r);
-            }
-            if !dir.exists() {
-                return Err(Error::transient(format!(
-                    "machine {name} vanished while another create made it"
-                )));
-            }
-            if Instant::now() > deadline {
-                return Err(Error::new(
-                    ErrorKind::Conflict,
-                    format!(
-                        "{} exists without a state file for {ADOPT_WAIT:?}: a create crashed half-way; delete the directory",
-                        dir.display()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn make(&self, dir: &Path, spec: &MachineSpec, ud: Option<&UserData>) -> Result<Machine> {
         let holder = self.holder(&spec.name);
+        state::remove_machine_dir(&dir)?;
+        self.leases().release_all_of(&holder)?;
+        fs::create_dir_all(&dir).map_err(|e| errors::io("creating", &dir, e))?;
         let slot = self.leases().take(&self.subnet, &holder)?.ok_or_else(|| {
             Error::new(
                 ErrorKind::QuotaExceeded,
@@ -268,7 +250,7 @@ impl LocalProvider {
             .ssh
             .as_ref()
             .map_or_else(|| self.config.default_user.clone(), |s| s.user.clone());
-        let mut record = MachineRecord {
+        Ok(MachineRecord {
             name: spec.name.clone(),
             owner: self.config.owner.clone(),
             labels: spec.labels.clone(),
@@ -284,16 +266,26 @@ impl LocalProvider {
             deleting: false,
             boot: None,
             created: SystemTime::now(),
-        };
-        if let Some(ud) = ud {
-            state::write_user_data(dir, ud)?;
-        }
-        state::write(dir, &record)?;
+        })
+    }
 
+    /// Step of a create that makes a machine: everything its boot reads (user data,
+    /// NoCloud seed, the image's settings, the provider's keys), each file written
+    /// whole, before the record that says the machine exists.
+    fn write_files(
+        &self,
+        record: &MachineRecord,
+        spec: &MachineSpec,
+        ud: Option<&UserData>,
+    ) -> Result<()> {
+        let dir = self.machine_dir(&record.name);
+        if let Some(ud) = ud {
+            state::write_user_data(&dir, ud)?;
+        }
         let e = self.engine.as_ref();
         let seed = "/var/lib/cloud/seed/nocloud";
         e.write_file(
-            dir,
+            &dir,
             &format!("{seed}/user-data"),
             ud.map_or(&b""[..], |u| &u.bytes),
             0o600,
@@ -302,9 +294,9 @@ impl LocalProvider {
             "instance-id: {}\nlocal-hostname: {}\n",
             record.instance_id, record.name
         );
-        e.write_file(dir, &format!("{seed}/meta-data"), meta.as_bytes(), 0o600)?;
+        e.write_file(&dir, &format!("{seed}/meta-data"), meta.as_bytes(), 0o600)?;
         e.write_file(
-            dir,
+            &dir,
             "/etc/cloud/cloud.cfg.d/90-provider-local.cfg",
             IMAGE_CLOUD_CFG.as_bytes(),
             0o644,
@@ -312,62 +304,174 @@ impl LocalProvider {
         if let Some(ssh) = &spec.ssh {
             let keys = ssh.authorized_keys.join("\n") + "\n";
             e.write_file(
-                dir,
+                &dir,
                 &format!("{PROVIDER_KEYS_DIR}/{}", ssh.user),
                 keys.as_bytes(),
                 0o644,
             )?;
         }
-        record.boot = Some(e.boot(dir, &record)?);
-        state::write(dir, &record)?;
+        Ok(())
+    }
+
+    /// Boots a machine whose record says it should run but names no boot process: a
+    /// new machine, or one whose create or start died between writing the record and
+    /// recording the boot. Whatever such a boot left running is halted first (it may
+    /// have started without being recorded), so exactly one boot holds the machine.
+    fn boot_recorded(&self, mut record: MachineRecord) -> Result<MachineRecord> {
+        let dir = self.machine_dir(&record.name);
+        self.engine.ensure_network(&self.network())?;
+        self.engine.halt(&record)?;
+        record.boot = Some(self.engine.boot(&dir, &record)?);
+        state::write(&dir, &record)?;
         tracing::info!(machine = %record.name, address = %record.address, "local machine booting");
-        self.to_machine(dir, &record)
+        Ok(record)
     }
 
-    fn delete_blocking(&self, name: &MachineName) -> Result<()> {
+    /// Removes whatever is left of machine `name` and gives its address back: for a
+    /// create that failed half-way, and for what a delete found with no record.
+    /// Idempotent.
+    fn discard(&self, name: &MachineName) -> Result<()> {
+        if let Some(r) = state::read(&self.machine_dir(name))? {
+            self.engine.remove(&r)?;
+        }
+        self.forget(name)
+    }
+
+    /// Gives the addresses of machine `name` back and removes its directory, the record
+    /// last: the end of a delete, once the machine is off the host. Idempotent.
+    fn forget(&self, name: &MachineName) -> Result<()> {
         let dir = self.machine_dir(name);
-        let Some(mut r) = state::read(&dir)? else {
-            // A directory without a state file is a create that died before recording
-            // anything: nothing runs for it.
-            if dir.exists() {
-                fs::remove_dir_all(&dir).map_err(|e| errors::io("removing", &dir, e))?;
-                self.leases().release_all_of(&self.holder(name))?;
-            }
-            return Ok(());
-        };
-        if !r.deleting {
-            r.deleting = true;
-            state::write(&dir, &r)?;
+        if let Some(r) = state::read(&dir)? {
+            self.leases().release(r.address, &self.holder(name))?;
         }
-        self.engine.remove(&r)?;
-        self.leases().release(r.address, &self.holder(name))?;
-        match fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(errors::io("removing", &dir, e)),
+        self.leases().release_all_of(&self.holder(name))?;
+        state::remove_machine_dir(&dir)
+    }
+
+    /// Runs one step of an operation on a machine, holding its lock for the step's
+    /// whole run: a step still running when its caller is dropped keeps the lock until
+    /// it ends, so no one sees it half done.
+    async fn locked<T: Send + 'static>(
+        &self,
+        lock: &Arc<NameLock>,
+        f: impl FnOnce(LocalProvider) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let lock = lock.clone();
+        self.blocking(move |p| {
+            let _held = lock;
+            f(p)
+        })
+        .await
+    }
+
+    /// Takes the lock of `name` and reads its record: the first step of every change.
+    async fn lock_and_read(
+        &self,
+        name: &MachineName,
+    ) -> Result<(Arc<NameLock>, Option<MachineRecord>)> {
+        let name = name.clone();
+        self.blocking(move |p| {
+            let lock = p.lock(&name)?;
+            let found = state::read(&p.machine_dir(&name))?;
+            Ok((Arc::new(lock), found))
+        })
+        .await
+    }
+
+    /// Makes machine `spec.name` from nothing, one step at a time: a create dropped (or
+    /// killed) between any two steps leaves a state the next create or delete of the
+    /// name finishes. Returns its record, not yet booted.
+    async fn make(
+        &self,
+        lock: &Arc<NameLock>,
+        spec: &MachineSpec,
+        ud: Option<&UserData>,
+    ) -> Result<MachineRecord> {
+        let (spec, ud) = (spec.clone(), ud.cloned());
+        let made = async {
+            let (s, u) = (spec.clone(), ud.clone());
+            let record = self
+                .locked(lock, move |p| p.prepare(&s, u.as_ref()))
+                .await?;
+            let (r, s, u) = (record.clone(), spec.clone(), ud.clone());
+            self.locked(lock, move |p| p.write_files(&r, &s, u.as_ref()))
+                .await?;
+            // From here on the machine exists: find sees it, a new create boots it.
+            let r = record.clone();
+            self.locked(lock, move |p| state::write(&p.machine_dir(&r.name), &r))
+                .await?;
+            Ok(record)
+        };
+        match made.await {
+            Ok(record) => Ok(record),
+            Err(e) => {
+                // Leave nothing behind for a create that failed half-way.
+                if let Err(cleanup) = self.discard_all(lock, &spec.name).await {
+                    tracing::warn!(machine = %spec.name, error = %cleanup, "cleaning up a failed create");
+                }
+                Err(e)
+            }
         }
     }
 
-    fn power_blocking(&self, name: &MachineName, op: PowerOp) -> Result<()> {
-        let (dir, mut r) = self
-            .record(name)?
-            .ok_or_else(|| Error::not_found(format!("machine {name} does not exist")))?;
+    /// Removes whatever is left of machine `name`, then the name's lock file: for a
+    /// create that failed, which leaves nothing.
+    async fn discard_all(&self, lock: &Arc<NameLock>, name: &MachineName) -> Result<()> {
+        let (name, held) = (name.clone(), lock.clone());
+        self.locked(lock, move |p| {
+            p.discard(&name)?;
+            held.remove()
+        })
+        .await
+    }
+
+    /// Finishes deleting machine `record.name`, one step at a time, each idempotent:
+    /// marks the record, removes the machine from the host (processes, namespace,
+    /// interfaces), then gives its address back and removes its directory, the record
+    /// last.
+    async fn finish_delete(&self, lock: &Arc<NameLock>, mut record: MachineRecord) -> Result<()> {
+        if !record.deleting {
+            record.deleting = true;
+            let r = record.clone();
+            self.locked(lock, move |p| state::write(&p.machine_dir(&r.name), &r))
+                .await?;
+        }
+        let r = record.clone();
+        self.locked(lock, move |p| p.engine.remove(&r)).await?;
+        let name = record.name.clone();
+        self.locked(lock, move |p| p.forget(&name)).await
+    }
+
+    fn power_blocking(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
+        let (name, _) = self.name_of(id).ok_or_else(|| self.no_machine(id))?;
+        let lock = self.lock(&name)?;
+        let Some((dir, mut r)) = self.record_of(id)? else {
+            // Nothing of the name at all: its lock file is not left behind either.
+            if !self.machine_dir(&name).exists() {
+                lock.remove()?;
+            }
+            return Err(self.no_machine(id));
+        };
         if r.deleting {
             return Err(Error::new(
                 ErrorKind::Conflict,
                 format!("machine {name} is being deleted"),
             ));
         }
+        // The record first, then the act: a power operation killed half-way leaves a
+        // record that says what was asked, which the next start, stop or create finishes.
         if matches!(op, PowerOp::Stop | PowerOp::Reboot) {
             r.powered = false;
             state::write(&dir, &r)?;
             self.engine.halt(&r)?;
         }
-        if matches!(op, PowerOp::Start | PowerOp::Reboot) && !self.engine.is_running(&r) {
-            self.engine.ensure_network(&self.network())?;
+        if matches!(op, PowerOp::Start | PowerOp::Reboot)
+            && !(r.powered && self.engine.is_running(&r))
+        {
             r.powered = true;
-            r.boot = Some(self.engine.boot(&dir, &r)?);
+            r.boot = None;
             state::write(&dir, &r)?;
+            self.boot_recorded(r)?;
         }
         Ok(())
     }
@@ -382,6 +486,15 @@ impl LocalProvider {
         let mut out = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| errors::io("listing", &owner_dir, e))?;
+            // Machines only: their names are DNS labels (the locks' directory is not).
+            let is_machine = entry.file_type().is_ok_and(|t| t.is_dir())
+                && entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|n| MachineName::new(n).is_ok());
+            if !is_machine {
+                continue;
+            }
             let dir = entry.path();
             let Some(r) = state::read(&dir)? else {
                 continue;
@@ -441,20 +554,58 @@ impl MachineProvisioner for LocalProvider {
 
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
         spec.validate()?;
+        if let Some(size) = &spec.size {
+            return Err(Error::invalid_spec(
+                "size",
+                format!(
+                    "{} is not a size provider-local takes: its machines share this host's CPUs and memory; leave size unset",
+                    shown(size)
+                ),
+            ));
+        }
         user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
-        let spec = spec.clone();
-        let ud = user_data.cloned();
-        self.blocking(move |p| p.create_blocking(&spec, ud.as_ref()))
-            .await
+        self.blocking(|p| p.engine.ensure_network(&p.network()))
+            .await?;
+        let (lock, found) = self.lock_and_read(&spec.name).await?;
+        let (record, made_here) = match found {
+            // Adoption: the machine exists (booted, or to be booted below).
+            Some(r) if !r.deleting => (r, false),
+            found => {
+                // Holding the lock, a record being deleted is a delete that died: it is
+                // finished before the name is made again.
+                if let Some(r) = found {
+                    self.finish_delete(&lock, r).await?;
+                }
+                (self.make(&lock, spec, user_data).await?, true)
+            }
+        };
+        let record = if record.powered && record.boot.is_none() {
+            let name = record.name.clone();
+            match self.locked(&lock, move |p| p.boot_recorded(record)).await {
+                Ok(r) => r,
+                Err(e) if made_here => {
+                    // A machine this call made and could not boot is not left behind.
+                    if let Err(cleanup) = self.discard_all(&lock, &name).await {
+                        tracing::warn!(error = %cleanup, "cleaning up a machine that did not boot");
+                    }
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            record
+        };
+        self.locked(&lock, move |p| {
+            p.to_machine(&p.machine_dir(&record.name), &record)
+        })
+        .await
     }
 
     async fn get(&self, id: &ProviderId) -> Result<Machine> {
-        let name = self
-            .name_of(id)
-            .ok_or_else(|| Error::not_found(format!("{self} has no machine {id}")))?;
-        self.blocking(move |p| match p.record(&name)? {
+        let id = id.clone();
+        self.blocking(move |p| match p.record_of(&id)? {
             Some((dir, r)) => p.to_machine(&dir, &r),
-            None => Err(Error::not_found(format!("machine {name} does not exist"))),
+            None => Err(p.no_machine(&id)),
         })
         .await
     }
@@ -475,42 +626,49 @@ impl MachineProvisioner for LocalProvider {
 
     async fn delete(&self, id: &ProviderId) -> Result<()> {
         // Another owner's machine, or no machine of this provider: nothing to do.
-        let Some(name) = self.name_of(id) else {
+        let Some((name, generation)) = self.name_of(id) else {
             return Ok(());
         };
-        self.blocking(move |p| p.delete_blocking(&name)).await
+        let (lock, found) = self.lock_and_read(&name).await?;
+        match found {
+            Some(r) if r.generation() == generation => self.finish_delete(&lock, r).await?,
+            // The name is another machine's now: the one of this ID is gone already.
+            Some(_) => return Ok(()),
+            // No record: at most the remains of a create that died before writing it.
+            None => {
+                let name = name.clone();
+                self.locked(&lock, move |p| p.discard(&name)).await?;
+            }
+        }
+        // The name's lock file goes last, still held: nothing is left per name used.
+        let held = lock.clone();
+        self.locked(&lock, move |_| held.remove()).await
     }
 
     async fn user_data(&self, id: &ProviderId) -> Result<Option<UserData>> {
-        let name = self
-            .name_of(id)
-            .ok_or_else(|| Error::not_found(format!("{self} has no machine {id}")))?;
-        self.blocking(move |p| match p.record(&name)? {
+        let id = id.clone();
+        self.blocking(move |p| match p.record_of(&id)? {
             Some((dir, r)) => state::read_user_data(&dir, &r),
-            None => Err(Error::not_found(format!("machine {name} does not exist"))),
+            None => Err(p.no_machine(&id)),
         })
         .await
     }
 
     async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
-        let name = self
-            .name_of(id)
-            .ok_or_else(|| Error::not_found(format!("{self} has no machine {id}")))?;
-        self.blocking(move |p| p.power_blocking(&name, op)).await
+        let id = id.clone();
+        self.blocking(move |p| p.power_blocking(&id, op)).await
     }
 
     async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {
-        let name = self
-            .name_of(id)
-            .ok_or_else(|| Error::not_found(format!("{self} has no machine {id}")))?;
-        self.blocking(move |p| match p.record(&name)? {
+        let id = id.clone();
+        self.blocking(move |p| match p.record_of(&id)? {
             Some((dir, _)) => Ok(Some(
                 p.engine
                     .read_file(&dir, OUTPUT_LOG)?
                     .map(|b| String::from_utf8_lossy(&b).into_owned())
                     .unwrap_or_default(),
             )),
-            None => Err(Error::not_found(format!("machine {name} does not exist"))),
+            None => Err(p.no_machine(&id)),
         })
         .await
     }

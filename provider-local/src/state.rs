@@ -5,8 +5,9 @@
 use std::fs;
 use std::io::Write;
 use std::net::Ipv4Addr;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use machine_core::{ContentEncoding, Error, Labels, MachineName, Result, UserData, UserDataFormat};
 use serde::{Deserialize, Serialize};
@@ -74,6 +75,12 @@ pub struct MachineRecord {
 }
 
 impl MachineRecord {
+    /// Which machine of its name this is: the last part of its instance ID (which is
+    /// `<name>-<8 hex digits>`, drawn anew for every machine made).
+    pub fn generation(&self) -> &str {
+        self.instance_id.rsplit('-').next().unwrap_or_default()
+    }
+
     /// The machine's network namespace, `<bridge>-<slot>` (in /run/netns).
     pub fn netns(&self) -> String {
         format!("{}-{}", self.bridge, self.slot)
@@ -139,6 +146,125 @@ pub(crate) fn read_user_data(dir: &Path, record: &MachineRecord) -> Result<Optio
         encoding,
         bytes,
     }))
+}
+
+/// How long an operation waits for another one on the same machine to finish: far
+/// longer than any step holds the lock (a halt gives up after 10 s).
+const LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// The lock of one machine name, held by whatever changes the machine (create, delete,
+/// power) from its first look at the record to its last write: an `flock` on
+/// `<owner dir>/.locks/<name>`. The kernel drops it when its holder dies, so a killed
+/// controller never leaves a machine locked, and whoever takes it next knows no one
+/// else is half-way through that machine: what it finds is what a dead operation left,
+/// to be finished.
+#[derive(Debug)]
+pub(crate) struct NameLock {
+    file: fs::File,
+    path: PathBuf,
+}
+
+impl NameLock {
+    /// Takes the lock at `path`, waiting for its holder up to [`LOCK_WAIT`] (then a
+    /// transient error: the machine is busy).
+    pub(crate) fn acquire(path: &Path) -> Result<NameLock> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(|e| errors::io("creating", parent, e))?;
+        }
+        let deadline = Instant::now() + LOCK_WAIT;
+        loop {
+            let file = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| errors::io("opening", path, e))?;
+            loop {
+                match file.try_lock() {
+                    Ok(()) => break,
+                    Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(fs::TryLockError::WouldBlock) => {
+                        return Err(Error::transient(format!(
+                            "machine lock {} is held by another operation for over {LOCK_WAIT:?}",
+                            path.display()
+                        )));
+                    }
+                    Err(fs::TryLockError::Error(e)) => {
+                        return Err(errors::io("locking", path, e));
+                    }
+                }
+            }
+            // A delete that finished while this waited removed the file it locked: the
+            // lock of the name is then a new file, to be taken afresh.
+            let held = file
+                .metadata()
+                .map_err(|e| errors::io("reading", path, e))?;
+            match fs::metadata(path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(NameLock {
+                        file,
+                        path: path.to_owned(),
+                    });
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(errors::io("reading", path, e)),
+            }
+        }
+    }
+
+    /// Removes the lock file, still holding it: for the end of a delete, so no file is
+    /// left per name ever used. Anyone waiting on it takes the name's next lock file.
+    pub(crate) fn remove(&self) -> Result<()> {
+        gone_or_missing(&self.path, fs::remove_file(&self.path))
+    }
+}
+
+impl Drop for NameLock {
+    fn drop(&mut self) {
+        // Closing the file would drop the lock too; saying it keeps the intent plain.
+        let _ = self.file.unlock();
+    }
+}
+
+/// Removes a machine's directory, its record last: a delete killed half-way leaves a
+/// record that says `deleting`, never a directory that looks like no machine while
+/// parts of one remain.
+pub(crate) fn remove_machine_dir(dir: &Path) -> Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(errors::io("listing", dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| errors::io("listing", dir, e))?;
+        if entry.file_name() == STATE_FILE {
+            continue;
+        }
+        let path = entry.path();
+        let gone = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        gone_or_missing(&path, gone)?;
+    }
+    gone_or_missing(&dir.join(STATE_FILE), fs::remove_file(dir.join(STATE_FILE)))?;
+    gone_or_missing(dir, fs::remove_dir(dir))
+}
+
+/// A removal's outcome, where "already gone" is success.
+fn gone_or_missing(path: &Path, outcome: std::io::Result<()>) -> Result<()> {
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(errors::io("removing", path, e)),
+    }
 }
 
 /// Address leases: one file per address in `<run dir>/leases`, made with

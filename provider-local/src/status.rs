@@ -39,6 +39,11 @@ pub(crate) fn observe(
     if !r.powered {
         return Ok((Phase::Stopped, None));
     }
+    // Not booted yet (or its boot was never recorded): whatever cloud-init result the
+    // machine's files hold is an earlier boot's. The boot clears it before it starts.
+    if r.boot.is_none() {
+        return Ok((Phase::Provisioning, None));
+    }
     if let Some(bytes) = engine.read_file(dir, RESULT_FILE)? {
         let errors = match serde_json::from_slice::<ResultFile>(&bytes) {
             Ok(result) => result.v1.errors,
@@ -69,7 +74,7 @@ pub(crate) fn observe(
         }
         return Ok((Phase::Failed, Some(Failure::new("BootFailed", message))));
     }
-    if r.boot.is_none() || engine.is_running(r) {
+    if engine.is_running(r) {
         return Ok((Phase::Provisioning, None));
     }
     let log = std::fs::read_to_string(dir.join(BOOT_LOG)).unwrap_or_default();

@@ -128,28 +128,53 @@ fn not_running_as_root_is_an_unauthorized_error_that_says_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_create_that_died_before_recording_its_machine_is_cleaned_up_by_delete_with_its_address()
-{
+async fn a_create_that_died_before_recording_its_machine_is_cleaned_up_by_the_next_create_of_the_name()
+ {
     let lab = Lab::with_prefix(30);
     let p = lab.provider("crashed");
     let name = MachineName::new("half-made").unwrap();
-    // What a create leaves when its process dies after claiming the name and the
-    // subnet's only address, before writing the machine's state.
-    std::fs::create_dir_all(p.machine_dir(&name)).unwrap();
+    // What a create leaves when its process dies after taking the subnet's only
+    // address and writing some files, before writing the machine's record.
+    let dir = p.machine_dir(&name);
+    std::fs::create_dir_all(dir.join("upper/etc")).unwrap();
+    std::fs::write(dir.join("upper/etc/half"), "x").unwrap();
     std::fs::create_dir_all(lab.run_dir.join("leases")).unwrap();
     let only = lab.subnet.replace(".0/30", ".2");
     std::fs::write(lab.run_dir.join("leases").join(&only), "crashed/half-made").unwrap();
-    let id = machine_core::ProviderId::new("local:///crashed/half-made").unwrap();
-    p.delete(&id).await.unwrap();
-    assert!(!p.machine_dir(&name).exists());
-    // The address is free again.
+    assert!(
+        p.find(&name).await.unwrap().is_none(),
+        "no record, no machine"
+    );
+    // The next create of the name (a restarted controller's) clears the remains and
+    // gets the address back.
     let m = p
-        .create(&MachineSpec::new(MachineName::new("next").unwrap()), None)
+        .create(&MachineSpec::new(name.clone()), None)
         .await
         .unwrap();
     assert_eq!(
         m.address(machine_core::AddressKind::InternalIP),
         Some(only.as_str())
     );
+    assert!(
+        !dir.join("upper/etc/half").exists(),
+        "remains of the dead create"
+    );
     p.delete(&m.provider_id).await.unwrap();
+    assert!(!dir.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_size_is_refused_naming_the_field_and_no_machine_is_made() {
+    let lab = Lab::new();
+    let p = lab.provider("sized");
+    let name = MachineName::new("sized-1").unwrap();
+    let e = p
+        .create(&MachineSpec::new(name.clone()).with_size("2x4096"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{e}");
+    assert_eq!(e.field(), Some("size"), "{e}");
+    assert!(e.to_string().contains("2x4096"), "{e}");
+    assert!(p.find(&name).await.unwrap().is_none());
+    assert!(!p.machine_dir(&name).exists());
 }

@@ -262,3 +262,45 @@ fn a_test_that_panics_with_a_running_machine_leaves_nothing_behind() {
         "processes of the machine survive: {strays:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_whose_63_char_names_differ_only_in_the_last_char_are_two_machines_named_exactly()
+{
+    let lab = Lab::new();
+    let p = lab.provider("long");
+    let stem = "l".repeat(62);
+    let names: Vec<MachineName> = ["a", "b"]
+        .iter()
+        .map(|last| MachineName::new(format!("{stem}{last}")).unwrap())
+        .collect();
+    let mut made = Vec::new();
+    for name in &names {
+        made.push(
+            p.create(&MachineSpec::new(name.clone()), None)
+                .await
+                .unwrap(),
+        );
+    }
+    assert_ne!(made[0].provider_id, made[1].provider_id);
+    assert_ne!(made[0].addresses, made[1].addresses);
+    for (name, m) in names.iter().zip(&made) {
+        let m = wait_phase(p.as_ref(), &m.provider_id, BOOT, |ph| {
+            ph != Phase::Provisioning
+        })
+        .await;
+        assert_eq!(m.phase, Phase::Provisioned, "{name}: {:?}", m.failure);
+        assert_eq!(&m.name, name);
+        // The machine's hostname, as cloud-init set it from the meta-data: the whole name.
+        let hostname =
+            std::fs::read_to_string(p.machine_dir(name).join("upper/etc/hostname")).unwrap();
+        assert_eq!(hostname.trim(), name.as_str());
+        assert_eq!(
+            p.find(name).await.unwrap().map(|f| f.provider_id),
+            Some(m.provider_id.clone())
+        );
+    }
+    for m in &made {
+        p.delete(&m.provider_id).await.unwrap();
+    }
+    assert!(p.list(&Default::default()).await.unwrap().is_empty());
+}

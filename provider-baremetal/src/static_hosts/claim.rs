@@ -21,6 +21,11 @@ const MAX_CLAIM_BYTES: usize = 64 * 1024;
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Claim {
     pub version: u32,
+    /// Drawn anew for every claim, so the provider ID of a released claim never names
+    /// a later claim of the same host (a stale delete cannot release it). Empty in
+    /// claims written before it existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
     pub owner: String,
     pub name: MachineName,
     #[serde(default)]
@@ -33,6 +38,7 @@ impl Claim {
     pub fn new(owner: &str, name: &MachineName, labels: &Labels) -> Self {
         Claim {
             version: CLAIM_VERSION,
+            id: format!("{:016x}", fastrand::u64(..)),
             owner: owner.to_owned(),
             name: name.clone(),
             labels: labels.clone(),

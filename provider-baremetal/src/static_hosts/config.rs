@@ -27,6 +27,7 @@ pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 ///     user: root
 ///     hostKeys: ["ssh-ed25519 AAAAC3Nza..."]
 ///     labels: {rack: r1}
+///     size: 2x4096
 ///   - name: rack1-b
 ///     address: rack1-b.example.net
 ///     port: 2222
@@ -57,7 +58,8 @@ pub struct StaticHostsConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HostEntry {
-    /// The host's inventory name, a DNS label; its provider ID is `static:///<name>`.
+    /// The host's inventory name, a DNS label; its machines' provider IDs are
+    /// `static:///<name>/<claim id>`.
     pub name: String,
     /// Host name or IP address to connect to: letters, digits, `.`, `-`, `:` and `_`, not
     /// starting with `-` (which a command line would read as an option).
@@ -78,6 +80,11 @@ pub struct HostEntry {
     /// Labels a spec can select hosts by (`provider: {selector: {rack: r1}}`).
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub labels: Labels,
+    /// The host's size class (`small`, `2x4096`): 1-63 of a-z, A-Z, 0-9, `-`, `_`, `.`.
+    /// A spec with a `size` claims only hosts of that class; its machine reports the
+    /// class of the host it got as its size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
 }
 
 fn default_owner() -> String {
@@ -180,7 +187,14 @@ impl HostEntry {
             sudo: false,
             host_keys: Vec::new(),
             labels: Labels::new(),
+            size: None,
         }
+    }
+
+    /// Sets the host's size class.
+    pub fn size(mut self, size: impl Into<String>) -> Self {
+        self.size = Some(size.into());
+        self
     }
 
     /// Sets the SSH port.
@@ -241,6 +255,17 @@ impl HostEntry {
         }
         for (i, key) in self.host_keys.iter().enumerate() {
             check_ssh_public_key(&format!("hostKeys[{i}]"), key)?;
+        }
+        if let Some(size) = &self.size
+            && (size.is_empty() || size.len() > 63 || !size.chars().all(safe_char))
+        {
+            return Err(Error::invalid_spec(
+                "size",
+                format!(
+                    "{} is not a size class (1-63 of a-z, A-Z, 0-9, '-', '_', '.')",
+                    shown(size)
+                ),
+            ));
         }
         for (k, v) in &self.labels {
             if k.is_empty() || !k.chars().all(safe_char) || !v.chars().all(safe_char) {
@@ -358,6 +383,14 @@ hosts:
             ),
             ("hosts: [{name: a, address: x, port: 0}]\n", "hosts[0].port"),
             (
+                "hosts: [{name: a, address: x, size: \"\"}]\n",
+                "hosts[0].size",
+            ),
+            (
+                "hosts: [{name: a, address: x, size: \"2 x 4\"}]\n",
+                "hosts[0].size",
+            ),
+            (
                 "hosts: [{name: a, address: x, user: \"a b\"}]\n",
                 "hosts[0].user",
             ),
@@ -461,7 +494,8 @@ hosts:
                     .port(2200)
                     .user("ops", true)
                     .host_key("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOXLZCJgZESodBc7Vjr3vb4fE0hSuOzUa5iERyuZmke1 a")
-                    .label("rack", "r1"),
+                    .label("rack", "r1")
+                    .size("2x4096"),
             ],
         );
         c.validate().unwrap();

@@ -13,14 +13,14 @@ use futures_util::future::join_all;
 use machine_core::{
     Access, Address, AddressKind, Capabilities, Connector, Error, Labels, Machine, MachineName,
     MachineProvisioner, MachineSpec, Phase, PowerOp, ProviderId, Result, SshEndpoint, Transport,
-    UserData, unsupported_power_op, user_data,
+    UserData, shown, unsupported_power_op, user_data,
 };
 use serde::{Deserialize, Serialize};
 
 use super::claim::{Claim, ClaimFile};
 use super::config::{HostEntry, StaticHostsConfig};
 
-/// The provider ID scheme: `static:///<host name>`.
+/// The provider ID scheme: `static:///<host name>/<claim id>`.
 pub const SCHEME: &str = "static";
 
 /// What a spec's `provider` field may say to this provider.
@@ -43,10 +43,14 @@ pub struct StaticHostSettings {
 /// Existing hosts as machines.
 ///
 /// - `create` adopts the host already claimed under the spec's name, or claims the first
-///   free host the spec allows (`provider.host` or `provider.selector`, in inventory
-///   order). A host is claimed by writing a claim file on it atomically, so two
-///   controllers never claim one host. When all allowed hosts are claimed the error is
-///   [`machine_core::ErrorKind::QuotaExceeded`]; when some did not answer it is transient.
+///   free host the spec allows (`provider.host` or `provider.selector`, and `size`: the
+///   hosts of that size class, in inventory order). A host is claimed by writing a claim
+///   file on it atomically, so two controllers never claim one host. When all allowed
+///   hosts are claimed the error is [`machine_core::ErrorKind::InsufficientCapacity`]
+///   (the pool has no room; another size or a released host may); when some did not
+///   answer it is transient. A size no allowed host has is an invalid spec on `size`.
+/// - A machine's ID is `static:///<host>/<claim id>`: the claim ID is new for every
+///   claim, so the ID of a released machine never names a later one on its host.
 /// - `find`, `list` and `get` read the claims from the hosts. A host that does not
 ///   answer within the probe timeout makes `find` and `list` fail with a transient
 ///   error rather than answer "no such machine" and risk a second claim.
@@ -55,8 +59,10 @@ pub struct StaticHostSettings {
 /// - There is no user data (the hosts are running already; use decoupled layers) and no
 ///   power control.
 ///
-/// Two controllers creating the same name at the same instant may each claim a host;
-/// whichever looks next keeps the claim on the first host in inventory order and
+/// Controllers creating the same name at the same instant try the same hosts in the
+/// same order, and one that finds the name already claimed on a host adopts that claim,
+/// so they meet on one host. Should two claims of one name still stand (a host released
+/// mid-race), whichever creator looks next keeps the first in inventory order and
 /// releases the other.
 pub struct StaticHostsProvider {
     config: StaticHostsConfig,
@@ -103,9 +109,16 @@ impl StaticHostsProvider {
         &self.config
     }
 
-    /// The provider ID of the host named `host`.
-    pub fn provider_id(host: &str) -> Result<ProviderId> {
-        ProviderId::new(format!("{SCHEME}:///{host}"))
+    /// The provider ID of the host named `host` while it carries the claim `claim_id`:
+    /// `static:///<host>/<claim id>`, so that the ID of a released claim never names a
+    /// later machine on the same host. A claim written before claims had IDs is
+    /// `static:///<host>`.
+    pub fn provider_id(host: &str, claim_id: &str) -> Result<ProviderId> {
+        if claim_id.is_empty() {
+            ProviderId::new(format!("{SCHEME}:///{host}"))
+        } else {
+            ProviderId::new(format!("{SCHEME}:///{host}/{claim_id}"))
+        }
     }
 
     fn endpoint(entry: &HostEntry) -> Access {
@@ -122,9 +135,10 @@ impl StaticHostsProvider {
     fn machine(entry: &HostEntry, claim: Claim) -> Result<Machine> {
         let mut m = Machine::new(
             claim.name,
-            Self::provider_id(&entry.name)?,
+            Self::provider_id(&entry.name, &claim.id)?,
             Phase::Provisioned,
         );
+        m.size = entry.size.clone();
         let kind = if entry.address.parse::<IpAddr>().is_ok() {
             AddressKind::InternalIP
         } else {
@@ -165,7 +179,7 @@ impl StaticHostsProvider {
     async fn connect(&self, entry: &HostEntry) -> Result<Arc<dyn Transport>> {
         let mut target = Machine::new(
             MachineName::new(entry.name.clone())?,
-            Self::provider_id(&entry.name)?,
+            Self::provider_id(&entry.name, "")?,
             Phase::Provisioned,
         );
         target.access = Self::endpoint(entry);
@@ -183,32 +197,42 @@ impl StaticHostsProvider {
         .await
     }
 
-    /// Claims `entry` unless it is claimed already; `true` when this call claimed it.
-    async fn try_claim(&self, entry: &HostEntry, claim: &Claim) -> Result<bool> {
+    /// Claims `entry` for `claim` unless it is claimed already. A claim of the same
+    /// owner and name there is adopted: every creator of a name tries the hosts in the
+    /// same order, so replicas racing for one name meet on one host instead of each
+    /// claiming another.
+    async fn try_claim(&self, entry: &HostEntry, claim: &Claim) -> Result<Claimed> {
         let path = self.config.claim_path();
         self.probe(entry, async {
             let t = self.connect(entry).await?;
             let file = self.claim_file(entry, &path);
-            if file.read(t.as_ref(), &entry.name).await?.is_some() {
-                return Ok(false);
+            if let Some(held) = file.read(t.as_ref(), &entry.name).await? {
+                return Ok(Claimed::by(held, claim));
             }
-            file.write(t.as_ref(), claim).await
+            if file.write(t.as_ref(), claim).await? {
+                return Ok(Claimed::Now);
+            }
+            // Another claim got there between the read and the write: whose is it?
+            match file.read(t.as_ref(), &entry.name).await? {
+                Some(held) => Ok(Claimed::by(held, claim)),
+                None => Err(Error::transient(format!(
+                    "the claim of host {} vanished while it was being made",
+                    entry.name
+                ))),
+            }
         })
         .await
     }
 
-    async fn release(
-        &self,
-        entry: &HostEntry,
-        owner: &str,
-        name: Option<&MachineName>,
-    ) -> Result<()> {
+    /// Releases `entry`'s claim if it is this owner's and matches `which`.
+    async fn release(&self, entry: &HostEntry, which: Which<'_>) -> Result<()> {
         let path = self.config.claim_path();
+        let owner = &self.config.owner;
         self.probe(entry, async {
             let t = self.connect(entry).await?;
             let file = self.claim_file(entry, &path);
             match file.read(t.as_ref(), &entry.name).await? {
-                Some(c) if c.owner == owner && name.is_none_or(|n| &c.name == n) => {
+                Some(c) if &c.owner == owner && which.matches(&c) => {
                     file.remove(t.as_ref()).await?;
                     tracing::info!(host = %entry.name, machine = %c.name, "released host");
                     Ok(())
@@ -266,12 +290,38 @@ impl StaticHostsProvider {
         })?;
         for (extra, _) in holders {
             tracing::warn!(host = %extra.name, machine = %name, "releasing a duplicate claim");
-            self.release(extra, &self.config.owner, Some(name)).await?;
+            self.release(extra, Which::Name(name)).await?;
         }
         Self::machine(entry, claim)
     }
 
-    fn candidates(&self, settings: &StaticHostSettings) -> Result<Vec<&HostEntry>> {
+    fn candidates(
+        &self,
+        settings: &StaticHostSettings,
+        size: Option<&str>,
+    ) -> Result<Vec<&HostEntry>> {
+        let candidates = self.allowed(settings)?;
+        let Some(size) = size else {
+            return Ok(candidates);
+        };
+        let sized: Vec<_> = candidates
+            .into_iter()
+            .filter(|h| h.size.as_deref() == Some(size))
+            .collect();
+        if sized.is_empty() {
+            return Err(Error::invalid_spec(
+                "size",
+                format!(
+                    "no host the spec allows is of size {}; sizes are the inventory's size classes",
+                    shown(size)
+                ),
+            ));
+        }
+        Ok(sized)
+    }
+
+    /// The hosts `settings` allow, whatever their size.
+    fn allowed(&self, settings: &StaticHostSettings) -> Result<Vec<&HostEntry>> {
         if let Some(host) = &settings.host {
             let entry = self.config.host(host).ok_or_else(|| {
                 Error::invalid_spec(
@@ -304,10 +354,56 @@ impl StaticHostsProvider {
         Ok(matching)
     }
 
-    fn entry_of(&self, id: &ProviderId) -> Option<&HostEntry> {
-        (id.scheme() == SCHEME)
-            .then(|| self.config.host(id.resource_id()))
-            .flatten()
+    /// The host `id` names and the claim ID it carries (empty for the IDs of claims
+    /// written before claims had IDs).
+    fn entry_of<'a>(&self, id: &'a ProviderId) -> Option<(&HostEntry, &'a str)> {
+        if id.scheme() != SCHEME {
+            return None;
+        }
+        let rest = id.as_str().strip_prefix("static:///")?;
+        let (host, claim_id) = rest.split_once('/').unwrap_or((rest, ""));
+        if claim_id.contains('/') {
+            return None;
+        }
+        Some((self.config.host(host)?, claim_id))
+    }
+}
+
+/// What a host said to a claim.
+enum Claimed {
+    /// This call claimed it.
+    Now,
+    /// It holds a claim of the same owner and name already: that machine.
+    Ours(Claim),
+    /// It holds another machine's claim.
+    Taken,
+}
+
+impl Claimed {
+    fn by(held: Claim, wanted: &Claim) -> Claimed {
+        if held.is(&wanted.owner, &wanted.name) {
+            Claimed::Ours(held)
+        } else {
+            Claimed::Taken
+        }
+    }
+}
+
+/// Which of an owner's claims a release removes.
+#[derive(Clone, Copy)]
+enum Which<'a> {
+    /// The claim of this machine name.
+    Name(&'a MachineName),
+    /// The claim with this ID (empty: a claim written before claims had IDs).
+    Id(&'a str),
+}
+
+impl Which<'_> {
+    fn matches(self, claim: &Claim) -> bool {
+        match self {
+            Which::Name(name) => &claim.name == name,
+            Which::Id(id) => claim.id == id,
+        }
     }
 }
 
@@ -318,10 +414,11 @@ impl MachineProvisioner for StaticHostsProvider {
     }
 
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
+        spec.validate()?;
         // Static hosts run already: their capabilities declare no user-data delivery.
         user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
         let settings: StaticHostSettings = spec.provider_settings()?;
-        let candidates = self.candidates(&settings)?;
+        let candidates = self.candidates(&settings, spec.size.as_deref())?;
         if let Some(existing) = self.find(&spec.name).await? {
             return Ok(existing);
         }
@@ -329,11 +426,12 @@ impl MachineProvisioner for StaticHostsProvider {
         let (mut taken, mut silent) = (Vec::new(), Vec::new());
         for entry in candidates {
             match self.try_claim(entry, &claim).await {
-                Ok(true) => {
+                Ok(Claimed::Now) => {
                     tracing::info!(host = %entry.name, machine = %spec.name, "claimed host");
                     return self.settle(&spec.name).await;
                 }
-                Ok(false) => taken.push(entry.name.as_str()),
+                Ok(Claimed::Ours(held)) => return Self::machine(entry, held),
+                Ok(Claimed::Taken) => taken.push(entry.name.as_str()),
                 Err(e) if e.is_retryable() => silent.push(entry.name.as_str()),
                 Err(e) => return Err(e),
             }
@@ -345,21 +443,18 @@ impl MachineProvisioner for StaticHostsProvider {
                 silent.join(", ")
             )));
         }
-        Err(Error::new(
-            machine_core::ErrorKind::QuotaExceeded,
-            format!(
-                "no free host for machine {}: every host it may have is claimed ({})",
-                spec.name,
-                taken.join(", ")
-            ),
-        ))
+        Err(Error::insufficient_capacity(format!(
+            "no free host for machine {}: every host it may have is claimed ({})",
+            spec.name,
+            taken.join(", ")
+        )))
     }
 
     async fn get(&self, id: &ProviderId) -> Result<Machine> {
         let not_found = || Error::not_found(format!("{self}: no machine {id}"));
-        let entry = self.entry_of(id).ok_or_else(not_found)?;
+        let (entry, claim_id) = self.entry_of(id).ok_or_else(not_found)?;
         match self.read_claim(entry).await? {
-            Some(c) if c.owner == self.config.owner => Self::machine(entry, c),
+            Some(c) if c.owner == self.config.owner && c.id == claim_id => Self::machine(entry, c),
             _ => Err(not_found()),
         }
     }
@@ -393,7 +488,7 @@ impl MachineProvisioner for StaticHostsProvider {
 
     async fn delete(&self, id: &ProviderId) -> Result<()> {
         match self.entry_of(id) {
-            Some(entry) => self.release(entry, &self.config.owner, None).await,
+            Some((entry, claim_id)) => self.release(entry, Which::Id(claim_id)).await,
             None => Ok(()),
         }
     }
