@@ -35,7 +35,13 @@ pub struct VsphereProvider {
     /// rarely moved, and a call that names one that was moved or removed fails with
     /// ManagedObjectNotFound, which forgets it (see [`VsphereProvider::forget`]).
     paths: Mutex<HashMap<String, Moref>>,
+    /// VMs' managed object ids by BIOS UUID (the provider ID), as found before: a VM
+    /// keeps its id for life, so a `get` is one call instead of FindByUuid and one.
+    vms: Mutex<HashMap<String, Moref>>,
 }
+
+/// How many VM ids the provider remembers at most.
+const KNOWN_VMS: usize = 8192;
 
 impl fmt::Display for VsphereProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -98,6 +104,7 @@ impl VsphereProvider {
             client,
             capabilities,
             paths: Mutex::new(HashMap::new()),
+            vms: Mutex::new(HashMap::new()),
         })
     }
 
@@ -219,13 +226,19 @@ impl VsphereProvider {
 
     /// Every VM of this owner in the datacenter.
     async fn owned_vms(&self) -> Result<Vec<Vm>> {
-        Ok(self
+        let vms: Vec<Vm> = self
             .all_vms(PATHS)
             .await?
             .iter()
             .map(Vm::from_content)
             .filter(|v| v.owned_by(&self.config.owner))
-            .collect())
+            .collect();
+        for v in &vms {
+            if let Some(uuid) = &v.uuid {
+                self.remember_vm(uuid, &v.moref);
+            }
+        }
+        Ok(vms)
     }
 
     /// This owner's VMs named `name`, oldest (lowest managed object id) first: the
@@ -240,12 +253,13 @@ impl VsphereProvider {
         Ok(oldest_first(vms))
     }
 
-    /// The machine of the name, once `mine` was cloned for it: the oldest of this
-    /// owner's VMs of that name. Only VMs whose vSphere name is the machine's are
-    /// read in full, since every create clones under the machine's name: a clone a
-    /// concurrent create made is among them, and a VM made earlier was adopted before
-    /// cloning. Usually `mine` is alone, and the settlement is one light listing.
-    async fn settle(&self, name: &MachineName, mine: &Moref) -> Result<Vm> {
+    /// Settles the name once `mine` was cloned for it: the machine is the oldest of
+    /// this owner's VMs of that name; `None` when that is `mine`, else the older VM.
+    /// Only VMs whose vSphere name is the machine's are looked at, since every create
+    /// clones under the machine's name: a clone a concurrent create made is among them,
+    /// and a VM made earlier was adopted before cloning. Usually `mine` is alone, and
+    /// the settlement is one listing of names.
+    async fn settle(&self, name: &MachineName, mine: &Moref) -> Result<Option<Vm>> {
         let same: Vec<Moref> = self
             .all_vms(&["name"])
             .await?
@@ -253,37 +267,80 @@ impl VsphereProvider {
             .filter(|o| o.text("name") == Some(name.as_str()))
             .map(|o| o.obj)
             .collect();
-        let others = same.iter().any(|m| m != mine);
-        let read = if others {
-            &same[..]
-        } else {
-            std::slice::from_ref(mine)
-        };
+        if !same.contains(mine) {
+            return Err(Error::transient(format!(
+                "{self}: the clone of {name} vanished"
+            )));
+        }
+        if same.len() == 1 {
+            return Ok(None);
+        }
         let vms: Vec<Vm> = self
             .client
-            .properties_of("VirtualMachine", read, PATHS)
+            .properties_of("VirtualMachine", &same, PATHS)
             .await?
             .iter()
             .map(Vm::from_content)
             .filter(|v| v.owned_by(&self.config.owner) && v.machine_name() == Some(name.as_str()))
             .collect();
-        oldest_first(vms)
+        Ok(oldest_first(vms)
             .into_iter()
             .next()
-            .ok_or_else(|| Error::transient(format!("{self}: the clone of {name} vanished")))
+            .filter(|oldest| oldest.moref != *mine))
     }
 
     /// The VM with this provider ID, when it exists.
+    /// A VM found by its UUID before is read directly (one call); one that is gone
+    /// from there (destroyed, or registered again under another id) is looked up anew.
     async fn by_id(&self, id: &ProviderId) -> Result<Option<Vm>> {
         let uuid = vm::uuid_of(id)?;
+        if let Some(moref) = self.known_vm(uuid) {
+            let read = self.client.properties(&moref, PATHS).await?;
+            match read.map(|o| Vm::from_content(&o)) {
+                Some(vm) if vm.uuid.as_deref() == Some(uuid) => return Ok(Some(vm)),
+                _ => self.forget_vm(uuid),
+            }
+        }
         let Some(moref) = self.client.find_by_uuid(uuid).await? else {
             return Ok(None);
         };
-        Ok(self
+        let vm = self
             .client
             .properties(&moref, PATHS)
             .await?
-            .map(|o| Vm::from_content(&o)))
+            .map(|o| Vm::from_content(&o));
+        if vm.is_some() {
+            self.remember_vm(uuid, &moref);
+        }
+        Ok(vm)
+    }
+
+    fn known_vm(&self, uuid: &str) -> Option<Moref> {
+        self.vms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(uuid)
+            .cloned()
+    }
+
+    /// Remembers a VM's id by its UUID; the memory is bounded (emptied when full),
+    /// since it only saves a lookup.
+    fn remember_vm(&self, uuid: &str, moref: &Moref) {
+        let mut vms = self
+            .vms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if vms.len() >= KNOWN_VMS {
+            vms.clear();
+        }
+        vms.insert(uuid.to_owned(), moref.clone());
+    }
+
+    fn forget_vm(&self, uuid: &str) {
+        self.vms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(uuid);
     }
 
     /// The VM with this provider ID when this owner made it; NotFound otherwise.
@@ -540,14 +597,17 @@ impl VsphereProvider {
 
     /// The machine of the VM `vm`, read now.
     async fn machine_of(&self, vm: &Moref, name: &MachineName) -> Result<Machine> {
-        self.client
+        let read = self
+            .client
             .properties(vm, PATHS)
             .await?
-            .map(|o| Vm::from_content(&o))
-            .and_then(|v| v.machine())
-            .ok_or_else(|| {
-                Error::transient(format!("{self}: {name} vanished or has no BIOS UUID yet"))
-            })
+            .map(|o| Vm::from_content(&o));
+        if let Some(uuid) = read.as_ref().and_then(|v| v.uuid.as_deref()) {
+            self.remember_vm(uuid, vm);
+        }
+        read.and_then(|v| v.machine()).ok_or_else(|| {
+            Error::transient(format!("{self}: {name} vanished or has no BIOS UUID yet"))
+        })
     }
 
     /// Clones the template for `spec`; the new VM. An object of the placement that
@@ -775,8 +835,7 @@ impl MachineProvisioner for VsphereProvider {
             }
             other => other?,
         };
-        let winner = self.settle(&spec.name, &mine).await?;
-        if winner.moref != mine {
+        if let Some(winner) = self.settle(&spec.name, &mine).await? {
             tracing::info!(name = %spec.name, "another create won the race; destroying this clone");
             self.destroy(&mine, Some("poweredOff")).await?;
             return winner.machine().ok_or_else(|| {

@@ -462,7 +462,7 @@ async fn labels_with_empty_values_are_kept_in_one_extra_config_value() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inventory_paths_are_looked_up_once_and_again_when_gone() {
+async fn inventory_paths_and_vms_are_looked_up_once_and_again_when_gone() {
     let vcsim = Vcsim::start();
     let proxy = FaultProxy::start(&vcsim).await;
     let admin = Admin::login(&vcsim).await;
@@ -491,6 +491,9 @@ async fn inventory_paths_are_looked_up_once_and_again_when_gone() {
         })
         .count();
     assert_eq!(full_listings, 2, "owner-wide listings for two creates");
+    // A VM this provider made is read by its id, without a FindByUuid.
+    p.get(&a.provider_id).await.expect("get");
+    assert_eq!(proxy.calls("FindByUuid"), 0);
     p.delete(&a.provider_id).await.expect("delete");
     p.delete(&b.provider_id).await.expect("delete");
 
