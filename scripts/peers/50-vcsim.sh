@@ -10,12 +10,15 @@
 # and serves until killed. Before printing, it turns the VM named by -template
 # (default DC0_H0_VM1) into a powered-off template, so tests have something to clone.
 #
-# One change to Debian's vcsim 0.24.2, made at build time (a -overlay, nothing under
-# /usr/share/gocode is touched): ReconfigVM_Task's extraConfig replaces a key set again
-# and removes a key set to "", as vCenter does and as upstream vcsim does since 0.31
-# ("vcsim: Fix VM ExtraConfig"); 0.24.2 appends every entry, so a key set again is
-# listed twice and no key can be removed. `-extraconfig-appends` keeps 0.24.2's
-# behaviour, for the tests of what a provider does on a server that keeps a value.
+# Two changes to Debian's vcsim 0.24.2, made at build time (a -overlay, nothing under
+# /usr/share/gocode is touched), each what vCenter does and upstream vcsim does since:
+# - ReconfigVM_Task's extraConfig replaces a key set again and removes a key set to "",
+#   as upstream since 0.31 ("vcsim: Fix VM ExtraConfig"); 0.24.2 appends every entry,
+#   so a key set again is listed twice and no key can be removed. `-extraconfig-appends`
+#   keeps 0.24.2's behaviour, for the tests of a server that keeps a removed value.
+# - CloneVM_Task takes the clone spec's config.uuid (the BIOS UUID), as upstream since
+#   0.37; 0.24.2 drops it, and derives the UUID from the VM's file path, so a VM made
+#   again under a deleted one's name gets the deleted one's UUID.
 set -euo pipefail
 
 dest=/opt/vcsim
@@ -208,7 +211,8 @@ func setExtraConfig(opts []types.BaseOptionValue, entry types.BaseOptionValue) [
 GO
 )
 stamp="$main_go
-$extra_config_go"
+$extra_config_go
+clone uuid"
 
 if [ -x "$dest/vcsim" ] && [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ]; then
   echo "vcsim already built at $dest/vcsim"
@@ -227,9 +231,11 @@ mkdir -p "$build/src/vcsim" "$dest"
 printf '%s\n' "$main_go" >"$build/src/vcsim/main.go"
 sim=/usr/share/gocode/src/github.com/vmware/govmomi/simulator
 printf '%s\n' "$extra_config_go" >"$build/extra_config.go"
-sed 's/vm\.Config\.ExtraConfig = append(vm\.Config\.ExtraConfig, c)/vm.Config.ExtraConfig = setExtraConfig(vm.Config.ExtraConfig, c)/' \
+sed -e 's/vm\.Config\.ExtraConfig = append(vm\.Config\.ExtraConfig, c)/vm.Config.ExtraConfig = setExtraConfig(vm.Config.ExtraConfig, c)/' \
+  -e 's/^\(\t*\)config\.InstanceUuid = req\.Spec\.Config\.InstanceUuid$/&\n\1config.Uuid = req.Spec.Config.Uuid/' \
   "$sim/virtual_machine.go" >"$build/virtual_machine.go"
-if [ "$(grep -c 'setExtraConfig(vm.Config.ExtraConfig, c)' "$build/virtual_machine.go")" != 1 ]; then
+if [ "$(grep -c 'setExtraConfig(vm.Config.ExtraConfig, c)' "$build/virtual_machine.go")" != 1 ] ||
+  [ "$(grep -c 'config.Uuid = req.Spec.Config.Uuid' "$build/virtual_machine.go")" != 1 ]; then
   echo "50-vcsim.sh: $sim/virtual_machine.go is not the 0.24.2 this script patches" >&2
   exit 1
 fi
