@@ -659,4 +659,21 @@ mod tests {
         let s = s.with_size("2x1001");
         assert_eq!(c.plan(&s).unwrap_err().field(), Some("size"));
     }
+
+    #[test]
+    fn the_ssh_user_comes_from_the_spec_then_the_settings() {
+        let c = base().build().unwrap();
+        let s = MachineSpec::new(MachineName::new("a").unwrap())
+            .with_image("DC0/vm/t")
+            .with_provider(serde_json::json!({"resourcePool": "p", "sshUser": "debian"}));
+        assert_eq!(c.plan(&s).unwrap().ssh_user.as_deref(), Some("debian"));
+        let mut own = s.clone();
+        own.ssh = Some(machine_core::SshAccess {
+            user: "ops".into(),
+            authorized_keys: Vec::new(),
+        });
+        assert_eq!(c.plan(&own).unwrap().ssh_user.as_deref(), Some("ops"));
+        let bad = s.with_provider(serde_json::json!({"resourcePool": "p", "sshUser": "a b"}));
+        assert_eq!(c.plan(&bad).unwrap_err().field(), Some("provider.sshUser"));
+    }
 }
