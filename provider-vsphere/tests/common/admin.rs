@@ -3,7 +3,7 @@
 //! reporting an IP, sessions being dropped). Answers are searched as text: the tests
 //! know exactly what vcsim sends.
 
-use provider_http::{HttpClient, HttpSettings, TlsConfig};
+use provider_http::{CertFingerprint, HttpClient, HttpSettings, TlsConfig};
 
 use super::Vcsim;
 
@@ -17,13 +17,18 @@ pub struct Admin {
 impl Admin {
     /// Logs in as an administrator (vcsim takes any user).
     pub async fn login(vcsim: &Vcsim) -> Admin {
+        Admin::login_at(&vcsim.url, vcsim.fingerprint).await
+    }
+
+    /// Logs in to the vcsim at `url` whose certificate has this fingerprint.
+    pub async fn login_at(url: &str, fingerprint: CertFingerprint) -> Admin {
         let http = HttpClient::new(
-            &HttpSettings::new().with_tls(TlsConfig::new().with_pinned_sha256(vcsim.fingerprint)),
+            &HttpSettings::new().with_tls(TlsConfig::new().with_pinned_sha256(fingerprint)),
         )
         .expect("http client");
         let mut admin = Admin {
             http,
-            url: vcsim.url.clone(),
+            url: url.to_owned(),
             cookie: String::new(),
         };
         let answer = admin

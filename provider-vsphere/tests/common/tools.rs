@@ -21,7 +21,11 @@ pub struct Tools {
 impl Tools {
     /// Starts watching `vcsim`, on the current tokio runtime.
     pub async fn start(vcsim: &Vcsim) -> Tools {
-        let admin = Admin::login(vcsim).await;
+        Tools::watch(Admin::login(vcsim).await).await
+    }
+
+    /// Starts watching the vcsim `admin` is logged in to.
+    pub async fn watch(admin: Admin) -> Tools {
         let view = admin
             .call(
                 "CreateContainerView",
