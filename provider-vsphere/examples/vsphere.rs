@@ -11,11 +11,15 @@
 //! VSPHERE_URL=$url VSPHERE_PINNED_SHA256=$fp VSPHERE_USERNAME=u VSPHERE_PASSWORD=p \
 //!   VSPHERE_DATACENTER=DC0 PROVIDER_VSPHERE_TEMPLATE=DC0/vm/DC0_H0_VM1 \
 //!   PROVIDER_VSPHERE_RESOURCE_POOL=DC0/host/DC0_H0/Resources \
-//!   cargo run -p provider-vsphere --example vsphere
+//!   cargo run -p provider-vsphere --example vsphere -- --vcsim-tools
 //! ```
 //!
+//! A machine runs once its guest has reported an address, which VMware Tools does in
+//! a booted guest; vcsim runs no guest, so `--vcsim-tools` starts the tests' stand-in,
+//! which reports one for every powered-on VM (with the pinned certificate).
+//!
 //! Against a real vCenter, the same variables (`VSPHERE_CA_FILE` instead of the pin if
-//! its CA is at hand). Flags: `--count N` (default 3), `--keep`.
+//! its CA is at hand), without `--vcsim-tools`. Flags: `--count N` (default 3), `--keep`.
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -30,15 +34,20 @@ use machine_core::{
 };
 use provider_vsphere::{VsphereConfig, VsphereProvider};
 
+/// The tests' VMware Tools stand-in, for `--vcsim-tools`.
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
-    let (mut count, mut keep) = (3usize, false);
+    let (mut count, mut keep, mut tools) = (3usize, false, false);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--keep" => keep = true,
+            "--vcsim-tools" => tools = true,
             "--count" => count = it.next().context("--count needs a number")?.parse()?,
-            other => bail!("unknown argument {other:?} (try --count N, --keep)"),
+            other => bail!("unknown argument {other:?} (try --count N, --keep, --vcsim-tools)"),
         }
     }
     let config = VsphereConfig::from_env()
@@ -48,6 +57,15 @@ async fn main() -> Result<()> {
             "VSPHERE_URL, VSPHERE_USERNAME, VSPHERE_PASSWORD and VSPHERE_DATACENTER are needed",
         )?;
     println!("provisioning {count} VM(s) at {}", config.sdk_url());
+    let _tools = if tools {
+        let fingerprint = std::env::var("VSPHERE_PINNED_SHA256")
+            .context("--vcsim-tools needs VSPHERE_PINNED_SHA256")?
+            .parse()?;
+        let admin = common::admin::Admin::login_at(config.sdk_url(), fingerprint).await;
+        Some(common::tools::Tools::watch(admin).await)
+    } else {
+        None
+    };
     let provider = Arc::new(VsphereProvider::new(config)?);
     let layer = CloudConfigLayer::new(
         "base",

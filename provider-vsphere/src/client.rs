@@ -79,7 +79,6 @@ pub(crate) struct ServiceContent {
     pub property_collector: Moref,
     pub search_index: Moref,
     pub session_manager: Moref,
-    pub view_manager: Moref,
 }
 
 /// One object of a property retrieval: its reference and the properties asked for.
@@ -263,7 +262,6 @@ impl Client {
                     property_collector: get("propertyCollector")?,
                     search_index: get("searchIndex")?,
                     session_manager: get("sessionManager")?,
-                    view_manager: get("viewManager")?,
                 })
             })
             .await
@@ -412,36 +410,56 @@ impl Client {
         }
     }
 
-    /// Properties of every object of `kind` under `container`, recursively, through a
-    /// container view made for the call and destroyed after it.
-    pub async fn properties_under(
+    /// Properties `paths` of several objects of `kind` in one call; objects that are
+    /// gone are left out.
+    pub async fn properties_of(
         &self,
-        container: &Moref,
         kind: &str,
+        objs: &[Moref],
         paths: &[&str],
     ) -> Result<Vec<ObjectContent>> {
-        let vm = self.content().await?.view_manager.clone();
-        let body = format!(
-            "{}{}<type>{kind}</type><recursive>true</recursive>",
-            vm.xml("_this"),
-            container.xml("container")
-        );
-        let r = self.call("CreateContainerView", &body).await?;
-        let view = r
-            .child("returnval")
-            .and_then(Moref::from_element)
-            .ok_or_else(|| Error::transient("CreateContainerView: no view in the answer"))?;
-        let spec = format!(
-            "<objectSet>{}<skip>true</skip><selectSet xsi:type=\"TraversalSpec\">\
-             <name>view</name><type>ContainerView</type><path>view</path><skip>false</skip>\
-             </selectSet></objectSet>",
-            view.xml("obj")
-        );
-        let result = self.retrieve(kind, paths, &spec).await;
-        if let Err(e) = self.call("DestroyView", &view.xml("_this")).await {
-            tracing::debug!(error = %e, "DestroyView failed; the view ends with the session");
+        if objs.is_empty() {
+            return Ok(Vec::new());
         }
-        result
+        let mut spec = String::new();
+        for o in objs {
+            let _ = write!(
+                spec,
+                "<objectSet>{}<skip>false</skip></objectSet>",
+                o.xml("obj")
+            );
+        }
+        match self.retrieve(kind, paths, &spec).await {
+            // One of them went meanwhile: ask for each alone, which tells the gone apart.
+            Err(e) if e.kind() == machine_core::ErrorKind::NotFound && objs.len() > 1 => {
+                let mut out = Vec::new();
+                for o in objs {
+                    out.extend(self.properties(o, paths).await?);
+                }
+                Ok(out)
+            }
+            Err(e) if e.kind() == machine_core::ErrorKind::NotFound => Ok(Vec::new()),
+            other => other,
+        }
+    }
+
+    /// Properties `paths` of every VM under the folder `folder`, in its subfolders and
+    /// vApps too, in one call: a traversal the property collector follows when it
+    /// answers, so the listing is as current as the inventory and leaves nothing on
+    /// the server (a container view would have to be made, kept current and destroyed;
+    /// vcsim 0.24.2 keeps views current racily, losing or keeping VMs under load).
+    pub async fn vms_under(&self, folder: &Moref, paths: &[&str]) -> Result<Vec<ObjectContent>> {
+        let spec = format!(
+            "<objectSet>{}<skip>true</skip>\
+             <selectSet xsi:type=\"TraversalSpec\"><name>folder</name><type>Folder</type>\
+             <path>childEntity</path><skip>false</skip>\
+             <selectSet><name>folder</name></selectSet><selectSet><name>vapp</name></selectSet>\
+             </selectSet>\
+             <selectSet xsi:type=\"TraversalSpec\"><name>vapp</name><type>VirtualApp</type>\
+             <path>vm</path><skip>false</skip></selectSet></objectSet>",
+            folder.xml("obj")
+        );
+        self.retrieve("VirtualMachine", paths, &spec).await
     }
 
     /// Calls a method that returns a task, and waits for the task.

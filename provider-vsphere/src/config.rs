@@ -40,6 +40,10 @@ pub struct VmSettings {
     /// The network of the first network card, an inventory path
     /// (`DC0/network/VM Network`); standard port groups. Default the template's.
     pub network: Option<String>,
+    /// The user SSH logs in as on the machine (it depends on the template: `ubuntu`,
+    /// `debian`), when the spec has no `ssh.user`. Without either, machines report no
+    /// SSH endpoint, only their addresses.
+    pub ssh_user: Option<String>,
 }
 
 impl VmSettings {
@@ -57,6 +61,7 @@ impl VmSettings {
             memory_mib: over.memory_mib.or(self.memory_mib),
             disk_gib: over.disk_gib.or(self.disk_gib),
             network: over.network.clone().or_else(|| self.network.clone()),
+            ssh_user: over.ssh_user.clone().or_else(|| self.ssh_user.clone()),
         }
     }
 
@@ -75,6 +80,16 @@ impl VmSettings {
                     "must be an inventory path, not empty",
                 ));
             }
+        }
+        if self
+            .ssh_user
+            .as_deref()
+            .is_some_and(|u| u.trim().is_empty() || u.chars().any(char::is_whitespace))
+        {
+            return Err(Error::invalid_spec(
+                format!("{at}.sshUser"),
+                "must be a user name: not empty, no spaces",
+            ));
         }
         if self.num_cpus == Some(0) {
             return Err(Error::invalid_spec(
@@ -112,6 +127,8 @@ pub(crate) struct ClonePlan {
     pub memory_mib: Option<u64>,
     pub disk_gib: Option<u64>,
     pub network: Option<String>,
+    /// The spec's `ssh.user`, else the settings' `sshUser`.
+    pub ssh_user: Option<String>,
 }
 
 /// The configuration of a [`crate::VsphereProvider`].
@@ -192,7 +209,7 @@ impl VsphereConfig {
     /// | `VSPHERE_INSECURE` | `true`: no TLS verification (lab only) |
     /// | `VSPHERE_DATACENTER` | the datacenter |
     /// | `PROVIDER_VSPHERE_OWNER` | the owner machines are tagged with |
-    /// | `PROVIDER_VSPHERE_TEMPLATE`, `_FOLDER`, `_RESOURCE_POOL`, `_DATASTORE` | defaults |
+    /// | `PROVIDER_VSPHERE_TEMPLATE`, `_FOLDER`, `_RESOURCE_POOL`, `_DATASTORE`, `_SSH_USER` | defaults |
     ///
     /// Nothing is checked until [`VsphereConfigBuilder::build`].
     pub fn from_env() -> VsphereConfigBuilder {
@@ -214,6 +231,7 @@ impl VsphereConfig {
     ///   resourcePool: DC0/host/cluster1/Resources
     ///   numCPUs: 2
     ///   memoryMiB: 4096
+    ///   sshUser: ubuntu
     /// taskTimeout: 10m                # humantime: 500ms, 30s, 2m
     /// ```
     pub fn from_yaml(yaml: &str) -> Result<VsphereConfigBuilder> {
@@ -295,6 +313,11 @@ impl VsphereConfig {
             memory_mib: s.memory_mib,
             disk_gib: s.disk_gib,
             network: s.network.clone(),
+            ssh_user: spec
+                .ssh
+                .as_ref()
+                .map(|a| a.user.clone())
+                .or_else(|| s.ssh_user.clone()),
         })
     }
 }
@@ -349,6 +372,7 @@ impl VsphereConfigBuilder {
                 folder: get("PROVIDER_VSPHERE_FOLDER"),
                 resource_pool: get("PROVIDER_VSPHERE_RESOURCE_POOL"),
                 datastore: get("PROVIDER_VSPHERE_DATASTORE"),
+                ssh_user: get("PROVIDER_VSPHERE_SSH_USER"),
                 ..VmSettings::default()
             },
             ..VsphereConfigBuilder::default()
@@ -634,5 +658,22 @@ mod tests {
         assert_eq!(p.folder, "DC0/vm");
         let s = s.with_size("2x1001");
         assert_eq!(c.plan(&s).unwrap_err().field(), Some("size"));
+    }
+
+    #[test]
+    fn the_ssh_user_comes_from_the_spec_then_the_settings() {
+        let c = base().build().unwrap();
+        let s = MachineSpec::new(MachineName::new("a").unwrap())
+            .with_image("DC0/vm/t")
+            .with_provider(serde_json::json!({"resourcePool": "p", "sshUser": "debian"}));
+        assert_eq!(c.plan(&s).unwrap().ssh_user.as_deref(), Some("debian"));
+        let mut own = s.clone();
+        own.ssh = Some(machine_core::SshAccess {
+            user: "ops".into(),
+            authorized_keys: Vec::new(),
+        });
+        assert_eq!(c.plan(&own).unwrap().ssh_user.as_deref(), Some("ops"));
+        let bad = s.with_provider(serde_json::json!({"resourcePool": "p", "sshUser": "a b"}));
+        assert_eq!(c.plan(&bad).unwrap_err().field(), Some("provider.sshUser"));
     }
 }

@@ -3,6 +3,22 @@
 //! A fault is named by its `xsi:type` (or its detail element's name without the `Fault`
 //! suffix); subclasses that matter are listed by name, since a SOAP answer names only
 //! the most derived type.
+//!
+//! Limits, decided here:
+//! - The `InsufficientResourcesFault` family (`InsufficientMemoryResourcesFault`,
+//!   `InsufficientCpuResourcesFault`, `InsufficientHostCapacityFault`,
+//!   `InsufficientStorageSpace`, ...), `NotEnoughCpus` and `NoDiskSpace` are
+//!   [`ErrorKind::InsufficientCapacity`]: a host, cluster, resource pool or datastore
+//!   cannot hold the VM (admission control at power-on, placement at clone). That
+//!   includes a resource pool whose limit an administrator set, which vCenter reports
+//!   with the same faults as a full host: the provider cannot tell them apart, and
+//!   either way another pool, size or a later try may fit, as for EC2's
+//!   `InsufficientInstanceCapacity`.
+//! - vCenter has no per-account machine quota in vim25; the one account-wide limit
+//!   it answers is licensing (`NotEnoughLicenses`), which is
+//!   [`ErrorKind::QuotaExceeded`].
+//! - vCenter's SOAP API does not throttle with a fault of its own; an overloaded
+//!   vCenter answers HTTP 503 from its reverse proxy, which is transient (retried).
 
 use machine_core::{Error, ErrorKind};
 
@@ -70,12 +86,12 @@ pub(crate) fn kind_of(fault: &str) -> ErrorKind {
         | "NotSupported"
         | "InvalidDeviceSpec"
         | "InvalidVmConfig" => ErrorKind::InvalidSpec,
+        "NotEnoughLicenses" => ErrorKind::QuotaExceeded,
+        "NoDiskSpace" | "NumVirtualCpusExceedsLimit" => ErrorKind::InsufficientCapacity,
         f if f.starts_with("Insufficient") || f.starts_with("NotEnough") => {
-            ErrorKind::QuotaExceeded
+            ErrorKind::InsufficientCapacity
         }
-        "OutOfBounds" | "NumVirtualCpusExceedsLimit" | "MemorySizeNotRecommended" => {
-            ErrorKind::QuotaExceeded
-        }
+        "OutOfBounds" | "MemorySizeNotRecommended" => ErrorKind::InvalidSpec,
         _ => ErrorKind::Permanent,
     }
 }
@@ -134,9 +150,32 @@ mod tests {
             ("NoPermission", ErrorKind::Unauthorized),
             ("InvalidLogin", ErrorKind::Unauthorized),
             ("NotAuthenticated", ErrorKind::Transient),
-            ("InsufficientResourcesFault", ErrorKind::QuotaExceeded),
-            ("InsufficientMemoryResourcesFault", ErrorKind::QuotaExceeded),
-            ("NotEnoughCpus", ErrorKind::QuotaExceeded),
+            ("NoPermissionOnHost", ErrorKind::Unauthorized),
+            (
+                "InsufficientResourcesFault",
+                ErrorKind::InsufficientCapacity,
+            ),
+            (
+                "InsufficientMemoryResourcesFault",
+                ErrorKind::InsufficientCapacity,
+            ),
+            (
+                "InsufficientCpuResourcesFault",
+                ErrorKind::InsufficientCapacity,
+            ),
+            (
+                "InsufficientHostMemoryCapacityFault",
+                ErrorKind::InsufficientCapacity,
+            ),
+            ("InsufficientStorageSpace", ErrorKind::InsufficientCapacity),
+            ("NoDiskSpace", ErrorKind::InsufficientCapacity),
+            ("NotEnoughCpus", ErrorKind::InsufficientCapacity),
+            (
+                "NumVirtualCpusExceedsLimit",
+                ErrorKind::InsufficientCapacity,
+            ),
+            ("NotEnoughLicenses", ErrorKind::QuotaExceeded),
+            ("OutOfBounds", ErrorKind::InvalidSpec),
             ("TaskInProgress", ErrorKind::Transient),
             ("RequestCanceled", ErrorKind::Cancelled),
             ("InvalidArgument", ErrorKind::InvalidSpec),

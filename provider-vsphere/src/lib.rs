@@ -31,16 +31,33 @@
 //! datasource reads it), [`vm`] (a VM as a machine, and its tags), [`provider`].
 //!
 //! ## Identity and idempotency
-//! vCenter allows two VMs with one name (vcsim even in one folder), so names prove
-//! nothing. Every VM is cloned with extraConfig keys for owner, name and labels (in
-//! the clone spec itself, so no VM is ever untagged) and found by them. `create`
-//! adopts the owner's VM of that name when there is one. Two creators that both clone
-//! settle it after the clone: the oldest VM of the name (lowest managed object id) is
-//! the machine; a creator whose clone is younger destroys it, still powered off, and
-//! returns the oldest. Provider IDs are `vsphere://<bios-uuid>`. A VM is marked
+//! vCenter allows two VMs with one name in different folders (vcsim even in one
+//! folder), so names prove nothing. Every VM is cloned with extraConfig keys for
+//! owner, name and labels (in the clone spec itself, so no VM is ever untagged) and
+//! found by them. `create` adopts the owner's VM of that name when there is one (one
+//! listing of the datacenter's VMs, a folder traversal the property collector follows
+//! in one call). Two creators that both clone settle it after the clone: the oldest VM
+//! of the name (lowest managed object id) is the machine; a creator whose clone is
+//! younger destroys it, still powered off, and returns the oldest. The settlement reads
+//! only the VMs' names, and in full only those named as the machine: every creator
+//! clones under that name. A clone vCenter refuses as a `DuplicateName` (a second VM
+//! of one name in a folder) adopts the owner's VM of that name. Provider IDs are
+//! `vsphere://<bios-uuid>`, a random UUID set in the clone spec. A VM is marked
 //! started once first powered on: a create that stopped between clone and power-on
 //! leaves a VM without the mark, which the next create finishes (hardware, power-on)
-//! instead of cloning again; a machine stopped on purpose stays stopped.
+//! instead of cloning again; a machine stopped on purpose stays stopped. A clone whose
+//! hardware or first power-on is refused (no capacity, no permission) is destroyed, so
+//! a refused create leaves no machine.
+//!
+//! Inventory paths (template, folder, pool, datastore, network) are looked up once per
+//! provider and forgotten when a call naming them meets ManagedObjectNotFound.
+//!
+//! ## Phases and access
+//! A powered-on VM is `Provisioned` once its guest has reported an address (VMware
+//! Tools); before that it is `Provisioning`, since nothing could reach it. Its SSH
+//! endpoint is that address, port 22, as the spec's `ssh.user` or `provider.sshUser`
+//! (kept in extraConfig); without a user, no endpoint. [`machine_core::Machine::size`]
+//! is the VM's hardware now, `<cpus>x<memory MiB>`.
 //!
 //! ## Hardware
 //! CPU and memory (`size: <cpus>x<MiB>` or `provider.numCPUs` / `memoryMiB`), the
@@ -56,9 +73,20 @@
 //! ## User data
 //! `guestinfo.userdata` and `guestinfo.metadata` with their `.encoding`
 //! (`gzip+base64`), up to [`USER_DATA_LIMIT`] bytes of base64.
-//! It is emptied when the composer has seen the bootstrap end
+//! It is removed when the composer has seen the bootstrap end
 //! ([`MachineProvisioner::bootstrap_finished`](machine_core::MachineProvisioner::bootstrap_finished)),
-//! so its secrets do not stay readable to everyone who may read the VM's configuration.
+//! so its secrets do not stay readable to everyone who may read the VM's configuration:
+//! the keys are set to "" (vim25's removal), and the raw extraConfig is read back. A
+//! server that kept the value beside the empty one (vcsim before 0.31 appends every
+//! entry) makes that a permanent error, never showing the value. The capabilities say
+//! so (`withdraws_user_data`); [`MachineProvisioner::user_data`](machine_core::MachineProvisioner::user_data)
+//! reads `None` after.
+//!
+//! ## Faults
+//! The `InsufficientResourcesFault` family (a host, pool or datastore that cannot hold
+//! the VM) is [`machine_core::ErrorKind::InsufficientCapacity`]; `NoPermission`
+//! unauthorized; `NotEnoughLicenses` the one quota vCenter has. vCenter's SOAP API has
+//! no throttling answer; an HTTP 503 of its reverse proxy is transient.
 
 pub mod config;
 pub mod guestinfo;

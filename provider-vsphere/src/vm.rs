@@ -2,7 +2,9 @@
 //! marked: extraConfig keys for owner, name and labels, set in the clone spec so that
 //! a VM is never visible untagged.
 
-use machine_core::{Address, AddressKind, Labels, Machine, MachineName, Phase, ProviderId};
+use machine_core::{
+    Address, AddressKind, Labels, Machine, MachineName, Phase, ProviderId, SshEndpoint,
+};
 
 use crate::client::{Moref, ObjectContent};
 
@@ -10,8 +12,13 @@ use crate::client::{Moref, ObjectContent};
 pub const OWNER_KEY: &str = "machineprovisioning.owner";
 /// The machine name key.
 pub const NAME_KEY: &str = "machineprovisioning.name";
-/// The labels key (a JSON object).
+/// The labels key: one JSON object holding every label. One key for all (rather than
+/// a key per label) keeps a label with an empty value: vCenter removes an extraConfig
+/// key set to "", but `{"empty":""}` is never empty; and any label key (`/`, mixed case)
+/// is JSON, where an extraConfig key has rules of its own.
 pub const LABELS_KEY: &str = "machineprovisioning.labels";
+/// The user SSH logs in as (the spec's `ssh.user` or `provider.sshUser`), when known.
+pub const SSH_USER_KEY: &str = "machineprovisioning.sshUser";
 /// Set once the machine was first powered on: a VM without it was left by a create
 /// that stopped between clone and power-on, and the next create finishes it (a VM
 /// with it that is off was stopped on purpose, and stays off).
@@ -26,6 +33,8 @@ pub(crate) const PATHS: &[&str] = &[
     "runtime.powerState",
     "guest.ipAddress",
     "guest.net",
+    "config.hardware.numCPU",
+    "config.hardware.memoryMB",
 ];
 
 /// The provider ID scheme.
@@ -38,10 +47,12 @@ pub(crate) struct Vm {
     pub uuid: Option<String>,
     pub template: bool,
     pub power: String,
-    /// extraConfig, in order; a key set twice counts with its last value (vcsim
-    /// appends rather than replaces).
+    /// extraConfig, in order; a key listed twice counts with its last value (vcsim
+    /// 0.24.2 appends rather than replaces).
     pub extra: Vec<(String, String)>,
     pub addresses: Vec<String>,
+    /// `<cpus>x<memory MiB>`, as the VM's hardware is now.
+    pub size: Option<String>,
 }
 
 impl Vm {
@@ -78,6 +89,18 @@ impl Vm {
                 }
             }
         }
+        let hardware = |path: &str| {
+            o.text(path)
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .filter(|n| *n > 0)
+        };
+        let size = match (
+            hardware("config.hardware.numCPU"),
+            hardware("config.hardware.memoryMB"),
+        ) {
+            (Some(cpus), Some(mib)) => Some(format!("{cpus}x{mib}")),
+            _ => None,
+        };
         Vm {
             moref: o.obj.clone(),
             uuid: o
@@ -88,7 +111,14 @@ impl Vm {
             power: o.text("runtime.powerState").unwrap_or("").to_owned(),
             extra,
             addresses,
+            size,
         }
+    }
+
+    /// Whether any extraConfig entry of `key` holds a value: what a reader of the raw
+    /// property sees, even where a later entry of the same key is empty.
+    pub fn holds(&self, key: &str) -> bool {
+        self.extra.iter().any(|(k, v)| k == key && !v.is_empty())
     }
 
     /// The last value of extraConfig `key`.
@@ -117,22 +147,29 @@ impl Vm {
             .unwrap_or_default()
     }
 
-    /// The machine, when the VM carries a name and a BIOS UUID.
+    /// The machine, when the VM carries a name and a BIOS UUID. A powered-on VM is
+    /// running (Provisioned) once its guest has reported an address (VMware Tools);
+    /// before that it is still booting (Provisioning): nothing could reach it yet.
     pub fn machine(&self) -> Option<Machine> {
         let name = MachineName::new(self.machine_name()?).ok()?;
         let id = provider_id(self.uuid.as_deref()?)?;
         let phase = match self.power.as_str() {
-            "poweredOn" => Phase::Provisioned,
+            "poweredOn" if !self.addresses.is_empty() => Phase::Provisioned,
             "poweredOff" | "suspended" => Phase::Stopped,
             _ => Phase::Provisioning,
         };
         let mut m = Machine::new(name, id, phase);
         m.labels = self.labels();
+        m.size = self.size.clone();
         m.addresses = self
             .addresses
             .iter()
             .map(|a| Address::new(AddressKind::InternalIP, a.clone()))
             .collect();
+        let user = self.extra(SSH_USER_KEY).filter(|u| !u.is_empty());
+        if let (Some(user), Some(host), true) = (user, self.addresses.first(), phase.is_running()) {
+            m.access.ssh = Some(SshEndpoint::new(host.clone(), 22, user));
+        }
         Some(m)
     }
 }

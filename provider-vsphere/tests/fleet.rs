@@ -16,10 +16,13 @@ use machine_core::{
 
 use common::Vcsim;
 use common::admin::Admin;
+use common::tools::Tools;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_machines_through_the_composer_with_a_coupled_layer() {
     let vcsim = Vcsim::start();
+    // The guests' addresses: a machine runs once its guest reported one.
+    let _tools = Tools::start(&vcsim).await;
     let admin = Admin::login(&vcsim).await;
     let provider = Arc::new(common::provider(&vcsim, &common::owner("fleet")));
     let layer = CloudConfigLayer::new(
@@ -80,6 +83,7 @@ async fn fifty_machines_through_the_composer_with_a_coupled_layer() {
     {
         r.unwrap_or_else(|e| panic!("{name}: {e}"));
     }
-    assert!(provider.list(&Default::default()).await.unwrap().is_empty());
+    let left = provider.list(&Default::default()).await.unwrap();
+    assert!(left.is_empty(), "{left:#?}");
     assert_eq!(admin.count_named("fleet-07").await, 0);
 }

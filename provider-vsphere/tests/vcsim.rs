@@ -1,18 +1,22 @@
 //! What vcsim shows of the provider beyond the conformance suite: guestinfo user data
-//! and its scrub, a guest IP appearing later, adoption after a crash, racing
-//! controllers, bad input named by field, certificate pinning, and an expired session.
+//! and its scrub (read on the raw property), a guest IP appearing later, adoption after
+//! a crash, racing controllers, bad input named by field, certificate pinning, an
+//! expired session, hardware and size read from the VM, inventory paths looked up once,
+//! and vCenter's refusals (through a proxy) leaving no VM.
 
 mod common;
 
 use std::sync::Arc;
 
 use machine_core::{
-    AddressKind, ContentEncoding, ErrorKind, MachineProvisioner, UserData, UserDataFormat,
+    AddressKind, ContentEncoding, ErrorKind, Labels, MachineProvisioner, Phase, UserData,
+    UserDataFormat,
 };
 use provider_vsphere::{CertFingerprint, VsphereProvider};
 
 use common::Vcsim;
 use common::admin::Admin;
+use common::proxy::{Answer, FaultProxy};
 
 fn cloud_config(marker: &str) -> UserData {
     let text = format!(
@@ -61,9 +65,61 @@ async fn user_data_round_trips_through_guestinfo_and_is_scrubbed() {
             .is_none(),
         "user data still readable after the scrub"
     );
+    // Gone from the raw property too, not only shadowed by a later empty entry: what
+    // anyone who may read the VM sees.
+    let raw = admin.extra_config(&vm).await;
+    assert!(
+        !raw.contains("<key>guestinfo.userdata</key>")
+            && !raw.contains("<key>guestinfo.userdata.encoding</key>"),
+        "the user data is still in the VM's extraConfig: {raw}"
+    );
+    assert!(raw.contains("<key>guestinfo.metadata</key>"), "{raw}");
     // Scrubbing again is a no-op, and the machine is unharmed.
     p.bootstrap_finished(&m).await.expect("second scrub");
-    assert!(p.get(&m.provider_id).await.expect("get").phase.is_running());
+    assert!(
+        admin
+            .property(&vm, "runtime.powerState")
+            .await
+            .contains(">poweredOn<")
+    );
+    p.delete(&m.provider_id).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrub_the_server_does_not_take_is_an_error() {
+    // Debian's vcsim 0.24.2 as it is: an extraConfig key set again is appended, so the
+    // user data stays in the raw property however often it is set to "".
+    let vcsim = Vcsim::start_appending();
+    let p = common::provider(&vcsim, &common::owner("kept"));
+    let admin = Admin::login(&vcsim).await;
+    let m = p
+        .create(&common::spec_named("kept-1"), Some(&cloud_config("kept")))
+        .await
+        .expect("create");
+    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
+    let before = admin.extra_config(&vm).await;
+    let value = before
+        .split("<key>guestinfo.userdata</key>")
+        .nth(1)
+        .and_then(|r| r.split('>').nth(1))
+        .and_then(|r| r.split('<').next())
+        .expect("the user data's value")
+        .to_owned();
+    assert!(value.len() > 20, "{value}");
+    for attempt in ["first", "second"] {
+        let e = p
+            .bootstrap_finished(&m)
+            .await
+            .expect_err("a scrub that left the user data in extraConfig succeeded");
+        assert_eq!(e.kind(), ErrorKind::Permanent, "{attempt}: {e}");
+        assert!(e.to_string().contains("guestinfo.userdata"), "{e}");
+        assert!(
+            !e.to_string().contains(&value),
+            "the error shows the user data: {e}"
+        );
+    }
+    // The raw property does hold it: the error told the truth.
+    assert!(admin.extra_config(&vm).await.contains(&value));
     p.delete(&m.provider_id).await.expect("delete");
 }
 
@@ -76,7 +132,10 @@ async fn a_guest_ip_reported_later_becomes_an_address() {
         .create(&common::spec_named("ip-1"), None)
         .await
         .expect("create");
-    assert!(m.address(AddressKind::InternalIP) != Some("10.11.12.13"));
+    // Powered on, but nothing could reach it yet: still booting, no SSH endpoint.
+    assert!(m.addresses.is_empty(), "{:?}", m.addresses);
+    assert_eq!(m.phase, Phase::Provisioning);
+    assert!(m.access.ssh.is_none());
     // What VMware Tools does once the guest has booted.
     let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
     admin
@@ -84,6 +143,15 @@ async fn a_guest_ip_reported_later_becomes_an_address() {
         .await;
     let got = p.get(&m.provider_id).await.expect("get");
     assert_eq!(got.address(AddressKind::InternalIP), Some("10.11.12.13"));
+    assert_eq!(got.phase, Phase::Provisioned);
+    let ssh = got
+        .access
+        .ssh
+        .expect("an SSH endpoint once it has an address");
+    assert_eq!(
+        (ssh.host.as_str(), ssh.port, ssh.user.as_str()),
+        ("10.11.12.13", 22, common::SSH_USER)
+    );
     p.delete(&m.provider_id).await.expect("delete");
 }
 
@@ -122,8 +190,12 @@ async fn a_clone_left_before_power_on_is_finished_not_duplicated() {
         .create(&common::spec_named("half-1").with_size("2x128"), None)
         .await
         .expect("create");
+    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
     assert!(
-        m.phase.is_running(),
+        admin
+            .property(&vm, "runtime.powerState")
+            .await
+            .contains(">poweredOn<"),
         "the left clone was not started: {}",
         m.phase
     );
@@ -132,7 +204,6 @@ async fn a_clone_left_before_power_on_is_finished_not_duplicated() {
         1,
         "a second clone was made"
     );
-    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
     assert!(
         admin
             .property(&vm, "config.hardware.numCPU")
@@ -338,6 +409,14 @@ async fn cpu_memory_disk_and_network_come_from_the_spec() {
         devices.contains("<deviceName>VM Network</deviceName>"),
         "{devices}"
     );
+    // The size is what the VM has, read from its hardware: after an administrator's
+    // edit it says so, in the spec's notation.
+    assert_eq!(m.size.as_deref(), Some("3x2048"));
+    admin.set_cpus(&vm, 4).await;
+    let got = p.get(&m.provider_id).await.expect("get");
+    assert_eq!(got.size.as_deref(), Some("4x2048"));
+    let listed = p.list(&Labels::new()).await.expect("list");
+    assert_eq!(listed[0].size.as_deref(), Some("4x2048"));
     p.delete(&m.provider_id).await.expect("delete");
 
     // A network that does not exist: an invalid spec naming the field, checked before
@@ -352,4 +431,165 @@ async fn cpu_memory_disk_and_network_come_from_the_spec() {
         .expect_err("missing network accepted");
     assert_eq!(e.field(), Some("provider.network"), "{e}");
     assert_eq!(admin.count_named("hw-2").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_with_empty_values_are_kept_in_one_extra_config_value() {
+    let vcsim = Vcsim::start();
+    let p = common::provider(&vcsim, &common::owner("labels"));
+    let admin = Admin::login(&vcsim).await;
+    let spec = common::spec_named("labels-1")
+        .with_label("empty", "")
+        .with_label("Mixed.Case/Key", "MiXeD-Value_1.x");
+    let m = p.create(&spec, None).await.expect("create");
+    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
+    // One key holding every label as JSON: never an empty value, which vCenter would
+    // take as removing the key.
+    let raw = admin.extra_config(&vm).await;
+    let stored = raw
+        .split("<key>machineprovisioning.labels</key>")
+        .nth(1)
+        .and_then(|r| r.split('>').nth(1))
+        .and_then(|r| r.split('<').next())
+        .expect("the labels key");
+    assert!(
+        stored.contains("&#34;empty&#34;:&#34;&#34;") || stored.contains("\"empty\":\"\""),
+        "{stored}"
+    );
+    let got = p.get(&m.provider_id).await.expect("get");
+    assert_eq!(got.labels, spec.labels);
+    p.delete(&m.provider_id).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inventory_paths_and_vms_are_looked_up_once_and_again_when_gone() {
+    let vcsim = Vcsim::start();
+    let proxy = FaultProxy::start(&vcsim).await;
+    let admin = Admin::login(&vcsim).await;
+    let p = proxy.provider(common::config(&vcsim, &common::owner("paths")));
+    admin.clone_template("DC0_H0_VM1", "tmpl-paths").await;
+    let spec = |name: &str| common::spec_named(name).with_image("DC0/vm/tmpl-paths");
+
+    let a = p.create(&spec("paths-1"), None).await.expect("create");
+    // The datacenter's vm folder (also the default folder), the template and the pool.
+    assert_eq!(proxy.calls("FindByInventoryPath"), 3);
+    let b = p.create(&spec("paths-2"), None).await.expect("create");
+    assert_eq!(
+        proxy.calls("FindByInventoryPath"),
+        3,
+        "a second create looked its paths up again"
+    );
+    // One owner-wide listing per create (the adoption lookup); the settlement after
+    // the clone reads only the VMs' names.
+    let full_listings = proxy
+        .seen()
+        .iter()
+        .filter(|(m, body)| {
+            m == "RetrievePropertiesEx"
+                && body.contains("childEntity")
+                && body.contains("config.extraConfig")
+        })
+        .count();
+    assert_eq!(full_listings, 2, "owner-wide listings for two creates");
+    // A VM this provider made is read by its id, without a FindByUuid.
+    p.get(&a.provider_id).await.expect("get");
+    assert_eq!(proxy.calls("FindByUuid"), 0);
+    p.delete(&a.provider_id).await.expect("delete");
+    p.delete(&b.provider_id).await.expect("delete");
+
+    // The template is replaced by another under the same path: the cached one is gone
+    // (ManagedObjectNotFound), and the create looks the paths up again, once.
+    let old = admin.vm_by_name("tmpl-paths").await;
+    admin.destroy(&old).await;
+    let new = admin.clone_template("DC0_H0_VM1", "tmpl-paths").await;
+    assert_ne!(old, new);
+    let c = p
+        .create(&spec("paths-3"), None)
+        .await
+        .expect("create after the template was replaced");
+    assert_eq!(proxy.calls("FindByInventoryPath"), 6);
+    assert_eq!(proxy.calls("CloneVM_Task"), 4);
+    p.delete(&c.provider_id).await.expect("delete");
+    admin.destroy(&new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_on_refused_for_capacity_leaves_no_vm() {
+    let vcsim = Vcsim::start();
+    let proxy = FaultProxy::start(&vcsim).await;
+    let admin = Admin::login(&vcsim).await;
+    let p = proxy.provider(common::config(&vcsim, &common::owner("full")));
+    // Admission control: the pool cannot hold the VM's memory, said by the power-on
+    // task, after the clone was made.
+    proxy.pick("PowerOnVM_Task", Answer::insufficient_memory());
+    let e = p
+        .create(&common::spec_named("full-1"), None)
+        .await
+        .expect_err("a refused power-on succeeded");
+    assert_eq!(e.kind(), ErrorKind::InsufficientCapacity, "{e}");
+    assert!(
+        e.to_string().contains("InsufficientMemoryResourcesFault"),
+        "{e}"
+    );
+    assert_eq!(proxy.answered(), 1);
+    assert_eq!(
+        admin.count_named("full-1").await,
+        0,
+        "the clone that could not start was left"
+    );
+    proxy.clear();
+    let m = p
+        .create(&common::spec_named("full-1"), None)
+        .await
+        .expect("create once the pool has room");
+    p.delete(&m.provider_id).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clone_refused_as_a_duplicate_name_adopts_the_vm_that_has_it() {
+    let vcsim = Vcsim::start();
+    let proxy = FaultProxy::start(&vcsim).await;
+    let admin = Admin::login(&vcsim).await;
+    let owner = common::owner("dup");
+    let p = proxy.provider(common::config(&vcsim, &owner));
+    // vCenter refuses a second VM of one name in a folder: the clone vcsim made stands
+    // for a racing create's, and this create is told DuplicateName.
+    proxy.pick(
+        "CloneVM_Task",
+        Answer::duplicate_name_after_forwarding("dup-1"),
+    );
+    let m = p
+        .create(&common::spec_named("dup-1"), None)
+        .await
+        .expect("create told DuplicateName adopts the VM of that name");
+    proxy.clear();
+    assert_eq!(admin.count_named("dup-1").await, 1);
+    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
+    assert!(
+        admin
+            .property(&vm, "runtime.powerState")
+            .await
+            .contains(">poweredOn<"),
+        "the adopted clone was not started"
+    );
+    p.delete(&m.provider_id).await.expect("delete");
+
+    // A VM of another owner with the name: a conflict, not an adoption.
+    admin
+        .clone_tagged("DC0_H0_VM1", "dup-2", "someone-else")
+        .await;
+    proxy.pick(
+        "CloneVM_Task",
+        Answer::Fault {
+            kind: "DuplicateName".into(),
+            detail: "<name>dup-2</name>".into(),
+            message: "The name 'dup-2' already exists.".into(),
+        },
+    );
+    let e = p
+        .create(&common::spec_named("dup-2"), None)
+        .await
+        .expect_err("another owner's VM adopted");
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    assert_eq!(admin.count_named("dup-2").await, 1);
 }

@@ -9,6 +9,16 @@
 # "<url> <sha256 of its TLS certificate, hex>" (the fingerprint is "-" with -tls=false)
 # and serves until killed. Before printing, it turns the VM named by -template
 # (default DC0_H0_VM1) into a powered-off template, so tests have something to clone.
+#
+# Two changes to Debian's vcsim 0.24.2, made at build time (a -overlay, nothing under
+# /usr/share/gocode is touched), each what vCenter does and upstream vcsim does since:
+# - ReconfigVM_Task's extraConfig replaces a key set again and removes a key set to "",
+#   as upstream since 0.31 ("vcsim: Fix VM ExtraConfig"); 0.24.2 appends every entry,
+#   so a key set again is listed twice and no key can be removed. `-extraconfig-appends`
+#   keeps 0.24.2's behaviour, for the tests of a server that keeps a removed value.
+# - CloneVM_Task takes the clone spec's config.uuid (the BIOS UUID), as upstream since
+#   0.37; 0.24.2 drops it, and derives the UUID from the VM's file path, so a VM made
+#   again under a deleted one's name gets the deleted one's UUID.
 set -euo pipefail
 
 dest=/opt/vcsim
@@ -62,7 +72,9 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to listen on")
 	useTLS := flag.Bool("tls", true, "serve https with a self-signed certificate")
 	template := flag.String("template", "DC0_H0_VM1", "VM to power off and mark as a template ('' for none)")
+	appends := flag.Bool("extraconfig-appends", false, "extraConfig entries are appended, never replaced or removed (vcsim 0.24.2 as Debian ships it)")
 	flag.Parse()
+	simulator.ExtraConfigAppends = *appends
 
 	model := simulator.VPX()
 	if err := model.Create(); err != nil {
@@ -158,7 +170,51 @@ func fail(err error) {
 GO
 )
 
-if [ -x "$dest/vcsim" ] && [ -f "$dest/main.go" ] && [ "$(cat "$dest/main.go")" = "$main_go" ]; then
+# The extraConfig change, a file added to the simulator package; virtual_machine.go's one
+# append of an extraConfig entry is pointed at it (see the top of this script).
+extra_config_go=$(cat <<'GO'
+package simulator
+
+import "github.com/vmware/govmomi/vim25/types"
+
+// ExtraConfigAppends keeps vcsim 0.24.2's extraConfig: every entry appended.
+var ExtraConfigAppends bool
+
+// setExtraConfig applies one extraConfig entry as vCenter does: a key set again takes the
+// new value in place, a key set to "" is removed, a new key is added at the end.
+func setExtraConfig(opts []types.BaseOptionValue, entry types.BaseOptionValue) []types.BaseOptionValue {
+	if ExtraConfigAppends {
+		return append(opts, entry)
+	}
+	set := entry.GetOptionValue()
+	empty := false
+	if s, ok := set.Value.(string); ok && s == "" {
+		empty = true
+	}
+	out := make([]types.BaseOptionValue, 0, len(opts)+1)
+	found := false
+	for _, o := range opts {
+		if o == nil || o.GetOptionValue() == nil || o.GetOptionValue().Key != set.Key {
+			out = append(out, o)
+			continue
+		}
+		found = true
+		if !empty {
+			out = append(out, entry)
+		}
+	}
+	if !found {
+		out = append(out, entry)
+	}
+	return out
+}
+GO
+)
+stamp="$main_go
+$extra_config_go
+clone uuid"
+
+if [ -x "$dest/vcsim" ] && [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ]; then
   echo "vcsim already built at $dest/vcsim"
   bench_peers
   exit 0
@@ -173,11 +229,25 @@ build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 mkdir -p "$build/src/vcsim" "$dest"
 printf '%s\n' "$main_go" >"$build/src/vcsim/main.go"
+sim=/usr/share/gocode/src/github.com/vmware/govmomi/simulator
+printf '%s\n' "$extra_config_go" >"$build/extra_config.go"
+sed -e 's/vm\.Config\.ExtraConfig = append(vm\.Config\.ExtraConfig, c)/vm.Config.ExtraConfig = setExtraConfig(vm.Config.ExtraConfig, c)/' \
+  -e 's/^\(\t*\)config\.InstanceUuid = req\.Spec\.Config\.InstanceUuid$/&\n\1config.Uuid = req.Spec.Config.Uuid/' \
+  "$sim/virtual_machine.go" >"$build/virtual_machine.go"
+if [ "$(grep -c 'setExtraConfig(vm.Config.ExtraConfig, c)' "$build/virtual_machine.go")" != 1 ] ||
+  [ "$(grep -c 'config.Uuid = req.Spec.Config.Uuid' "$build/virtual_machine.go")" != 1 ]; then
+  echo "50-vcsim.sh: $sim/virtual_machine.go is not the 0.24.2 this script patches" >&2
+  exit 1
+fi
+printf '{"Replace": {"%s": "%s", "%s": "%s"}}\n' \
+  "$sim/virtual_machine.go" "$build/virtual_machine.go" \
+  "$sim/zz_extra_config.go" "$build/extra_config.go" >"$build/overlay.json"
 # Offline: Debian's Go packages sit in a GOPATH tree; no module proxy is asked.
 (cd "$build/src/vcsim" &&
   GO111MODULE=off GOPATH="$build:/usr/share/gocode" GOCACHE="$build/cache" \
-    go build -o "$build/vcsim" .)
+    go build -overlay "$build/overlay.json" -o "$build/vcsim" .)
 install -m 0755 "$build/vcsim" "$dest/vcsim"
 printf '%s\n' "$main_go" >"$dest/main.go"
+printf '%s\n' "$stamp" >"$dest/stamp"
 echo "vcsim built at $dest/vcsim"
 bench_peers

@@ -3,7 +3,7 @@
 //! reporting an IP, sessions being dropped). Answers are searched as text: the tests
 //! know exactly what vcsim sends.
 
-use provider_http::{HttpClient, HttpSettings, TlsConfig};
+use provider_http::{CertFingerprint, HttpClient, HttpSettings, TlsConfig};
 
 use super::Vcsim;
 
@@ -17,13 +17,18 @@ pub struct Admin {
 impl Admin {
     /// Logs in as an administrator (vcsim takes any user).
     pub async fn login(vcsim: &Vcsim) -> Admin {
+        Admin::login_at(&vcsim.url, vcsim.fingerprint).await
+    }
+
+    /// Logs in to the vcsim at `url` whose certificate has this fingerprint.
+    pub async fn login_at(url: &str, fingerprint: CertFingerprint) -> Admin {
         let http = HttpClient::new(
-            &HttpSettings::new().with_tls(TlsConfig::new().with_pinned_sha256(vcsim.fingerprint)),
+            &HttpSettings::new().with_tls(TlsConfig::new().with_pinned_sha256(fingerprint)),
         )
         .expect("http client");
         let mut admin = Admin {
             http,
-            url: vcsim.url.clone(),
+            url: url.to_owned(),
             cookie: String::new(),
         };
         let answer = admin
@@ -38,6 +43,17 @@ impl Admin {
     }
 
     async fn post(&self, method: &str, body: &str, login: bool) -> (String, Option<String>) {
+        self.try_post(method, body, login)
+            .await
+            .unwrap_or_else(|e| panic!("vcsim does not answer {method}: {e}"))
+    }
+
+    async fn try_post(
+        &self,
+        method: &str,
+        body: &str,
+        login: bool,
+    ) -> Result<(String, Option<String>), String> {
         let envelope = format!(
             "<?xml version=\"1.0\"?><soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\" xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" xmlns:xsd=\"http://www.w3.org/2001/XMLSchema\"><soapenv:Body><{method} xmlns=\"urn:vim25\">{body}</{method}></soapenv:Body></soapenv:Envelope>"
         );
@@ -51,13 +67,22 @@ impl Admin {
         if !login {
             req = req.header("Cookie", &self.cookie);
         }
-        let res = self.http.send(req).await.expect("vcsim answers");
+        let res = self.http.send(req).await.map_err(|e| e.to_string())?;
         let cookie = res
             .headers()
             .get("set-cookie")
             .and_then(|v| v.to_str().ok())
             .map(|v| v.split(';').next().unwrap_or("").to_owned());
-        (res.text().await.expect("answer body"), cookie)
+        Ok((res.text().await.map_err(|e| e.to_string())?, cookie))
+    }
+
+    /// Calls `method`; the answer's text, or why not (a fault, a dropped connection).
+    pub async fn try_call(&self, method: &str, body: &str) -> Result<String, String> {
+        let (text, _) = self.try_post(method, body, false).await?;
+        if text.contains("Fault>") {
+            return Err(text);
+        }
+        Ok(text)
     }
 
     /// Calls `method`; the answer's text. Panics on a fault.
@@ -115,6 +140,77 @@ impl Admin {
                 "<_this type=\"VirtualMachine\">{t}</_this><folder type=\"Folder\">{f}</folder><name>{name}</name><spec><location><pool type=\"ResourcePool\">{pool}</pool></location><template>false</template><config>{}{}</config><powerOn>false</powerOn></spec>",
                 opt("machineprovisioning.owner", owner),
                 opt("machineprovisioning.name", name),
+            ),
+        )
+        .await;
+    }
+
+    /// Clones the template `template` (a VM name in DC0's vm folder) as a new template
+    /// `name` there, as an administrator publishes one.
+    pub async fn clone_template(&self, template: &str, name: &str) -> String {
+        let find = |p: String| async move {
+            self.call(
+                "FindByInventoryPath",
+                &format!("<_this type=\"SearchIndex\">SearchIndex</_this><inventoryPath>{p}</inventoryPath>"),
+            )
+            .await
+        };
+        let t = between(
+            &find(format!("DC0/vm/{template}")).await,
+            "type=\"VirtualMachine\">",
+            "<",
+        )
+        .expect("template");
+        let f = between(&find("DC0/vm".into()).await, "type=\"Folder\">", "<").expect("folder");
+        let pool = find("DC0/host/DC0_H0/Resources".into()).await;
+        let pool = between(&pool, "type=\"ResourcePool\">", "<").expect("pool");
+        self.call(
+            "CloneVM_Task",
+            &format!(
+                "<_this type=\"VirtualMachine\">{t}</_this><folder type=\"Folder\">{f}</folder><name>{name}</name><spec><location><pool type=\"ResourcePool\">{pool}</pool></location><template>false</template><powerOn>false</powerOn></spec>"
+            ),
+        )
+        .await;
+        let vm = between(
+            &find(format!("DC0/vm/{name}")).await,
+            "type=\"VirtualMachine\">",
+            "<",
+        )
+        .expect("the clone");
+        self.call(
+            "MarkAsTemplate",
+            &format!("<_this type=\"VirtualMachine\">{vm}</_this>"),
+        )
+        .await;
+        vm
+    }
+
+    /// The managed object id of the VM named `name` in DC0's vm folder.
+    pub async fn vm_by_name(&self, name: &str) -> String {
+        let text = self
+            .call(
+                "FindByInventoryPath",
+                &format!("<_this type=\"SearchIndex\">SearchIndex</_this><inventoryPath>DC0/vm/{name}</inventoryPath>"),
+            )
+            .await;
+        between(&text, "type=\"VirtualMachine\">", "<").expect("a VM of that name")
+    }
+
+    /// Destroys the (powered-off) VM or template `vm`.
+    pub async fn destroy(&self, vm: &str) {
+        self.call(
+            "Destroy_Task",
+            &format!("<_this type=\"VirtualMachine\">{vm}</_this>"),
+        )
+        .await;
+    }
+
+    /// Sets the VM's virtual CPUs, as an administrator editing it would.
+    pub async fn set_cpus(&self, vm: &str, cpus: u32) {
+        self.call(
+            "ReconfigVM_Task",
+            &format!(
+                "<_this type=\"VirtualMachine\">{vm}</_this><spec><numCPUs>{cpus}</numCPUs></spec>"
             ),
         )
         .await;

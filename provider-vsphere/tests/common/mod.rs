@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod proxy;
+pub mod tools;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -31,11 +33,22 @@ pub struct Vcsim {
 impl Vcsim {
     /// Starts vcsim; panics with how to install it when it is missing.
     pub fn start() -> Vcsim {
+        Vcsim::start_with(&[])
+    }
+
+    /// Starts vcsim as Debian ships it for extraConfig: every entry appended, none
+    /// replaced or removed (a server that keeps a value it was asked to remove).
+    pub fn start_appending() -> Vcsim {
+        Vcsim::start_with(&["-extraconfig-appends"])
+    }
+
+    fn start_with(args: &[&str]) -> Vcsim {
         assert!(
             std::path::Path::new(VCSIM).is_file(),
             "vcsim is not installed at {VCSIM}: run scripts/peers/50-vcsim.sh"
         );
         let mut child = Command::new(VCSIM)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -87,11 +100,16 @@ pub fn owner(test: &str) -> String {
 
 /// A config for `vcsim`, its certificate pinned, for `owner`.
 pub fn config(vcsim: &Vcsim, owner: &str) -> VsphereConfigBuilder {
+    config_at(&vcsim.url, vcsim.fingerprint, owner)
+}
+
+/// A config for the vcsim at `url` with this certificate, for `owner`.
+pub fn config_at(url: &str, fingerprint: CertFingerprint, owner: &str) -> VsphereConfigBuilder {
     VsphereConfig::builder()
-        .url(&vcsim.url)
+        .url(url)
         .username("user")
         .password(SecretString::from("pass"))
-        .pinned_sha256(vcsim.fingerprint)
+        .pinned_sha256(fingerprint)
         .datacenter("DC0")
         .owner(owner)
         .soft_stop_timeout(Duration::from_secs(2))
@@ -103,12 +121,15 @@ pub fn provider(vcsim: &Vcsim, owner: &str) -> VsphereProvider {
     VsphereProvider::new(config(vcsim, owner).build().expect("test config")).expect("provider")
 }
 
+/// The SSH user the tests' machines report (the template's, as an operator says).
+pub const SSH_USER: &str = "debian";
+
 /// A spec cloning the template into the host's pool, 1 CPU and 64 MiB.
 pub fn spec(name: &MachineName) -> MachineSpec {
     MachineSpec::new(name.clone())
         .with_image(TEMPLATE)
         .with_size("1x64")
-        .with_provider(serde_json::json!({"resourcePool": POOL}))
+        .with_provider(serde_json::json!({"resourcePool": POOL, "sshUser": SSH_USER}))
 }
 
 /// `spec` for a name given as text.
