@@ -47,6 +47,7 @@ pub mod conditions;
 pub mod conformance;
 pub mod decorators;
 mod error;
+mod files;
 mod locate;
 mod machine;
 mod name;
@@ -70,6 +71,7 @@ pub use composer::{
     MAX_POLL_INTERVAL, Provisioned, Reconciled,
 };
 pub use error::{Error, ErrorKind, MAX_SHOWN_VALUE_CHARS, Result, Shown, shown, shown_key};
+pub use files::{MAX_USER_FILE_BYTES, read_user_file};
 pub use locate::{at_document_line, field_in_document};
 pub use machine::{
     Access, Address, AddressKind, Condition, Failure, Labels, Machine, NodeRef, Phase, ProviderId,

@@ -30,25 +30,42 @@ impl FromStr for CertFingerprint {
     type Err = Error;
 
     fn from_str(text: &str) -> Result<Self, Error> {
-        let digits: String = text.trim().chars().filter(|c| *c != ':').collect();
         let refuse = |why: &str| {
             Error::new(
                 ErrorKind::InvalidSpec,
                 format!(
-                    "a SHA-256 certificate fingerprint must be 64 hex digits, optionally in pairs joined by ':'; {why}"
+                    "a SHA-256 certificate fingerprint must be 64 hex digits, or 32 pairs of them joined by ':'; {why}"
                 ),
             )
         };
-        if digits.len() != 64 {
-            return Err(refuse(&format!("got {} hex digits", digits.len())));
+        let text = text.trim();
+        // Exactly the two documented forms: 64 digits, or 32 pairs with one ':' between
+        // each (a sign, a stray or doubled ':' is refused).
+        let pairs: Vec<&str> = if text.contains(':') {
+            text.split(':').collect()
+        } else {
+            (0..text.len())
+                .step_by(2)
+                .map(|i| text.get(i..i + 2).unwrap_or(""))
+                .collect()
+        };
+        if pairs.len() != 32 || pairs.iter().any(|p| p.len() != 2) {
+            return Err(refuse(&format!(
+                "got {} characters in {} groups",
+                text.chars().count(),
+                pairs.len()
+            )));
         }
         let mut bytes = [0u8; 32];
-        for (i, byte) in bytes.iter_mut().enumerate() {
-            let pair = digits
-                .get(2 * i..2 * i + 2)
-                .ok_or_else(|| refuse("found a character that is not a hex digit"))?;
-            *byte = u8::from_str_radix(pair, 16)
-                .map_err(|_| refuse(&format!("'{pair}' is not hex")))?;
+        for (byte, pair) in bytes.iter_mut().zip(&pairs) {
+            let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+            let [hi, lo] = pair.as_bytes() else {
+                return Err(refuse("found a character that is not a hex digit"));
+            };
+            *byte = match (digit(*hi), digit(*lo)) {
+                (Some(h), Some(l)) => h << 4 | l,
+                _ => return Err(refuse(&format!("'{pair}' is not hex"))),
+            };
         }
         Ok(CertFingerprint(bytes))
     }
@@ -100,12 +117,39 @@ mod tests {
     fn a_wrong_length_or_a_non_hex_digit_is_refused_saying_which() {
         let short = "ab:cd".parse::<CertFingerprint>().unwrap_err();
         assert_eq!(short.kind(), ErrorKind::InvalidSpec);
-        assert!(short.message().contains("got 4 hex digits"), "{short}");
+        assert!(short.message().contains("got 5 characters in 2 groups"), "{short}");
         let mut bad = EMPTY.to_string();
         bad.replace_range(0..2, "zz");
         let err = bad.parse::<CertFingerprint>().unwrap_err();
         assert!(err.message().contains("'zz' is not hex"), "{err}");
+        // The stray ':' of a mixed or broken form is named as a wrong grouping.
         let multibyte = format!("é{}", &EMPTY[2..]);
         assert!(multibyte.parse::<CertFingerprint>().is_err());
+        // Only the documented forms: no sign, no stray or doubled colon, no mixed form.
+        let signed = format!("+a{}", &EMPTY[2..]);
+        assert!(
+            signed.parse::<CertFingerprint>().is_err(),
+            "a sign was accepted"
+        );
+        let stray = format!("{}:{}", &EMPTY[..3], &EMPTY[3..]);
+        assert!(
+            stray.parse::<CertFingerprint>().is_err(),
+            "a stray colon was accepted"
+        );
+        let paired: Vec<String> = EMPTY
+            .as_bytes()
+            .chunks(2)
+            .map(|c| String::from_utf8(c.to_vec()).unwrap())
+            .collect();
+        let doubled = paired.join("::");
+        assert!(
+            doubled.parse::<CertFingerprint>().is_err(),
+            "doubled colons were accepted"
+        );
+        let half = format!("{}{}", paired[..16].join(":"), paired[16..].concat());
+        assert!(
+            half.parse::<CertFingerprint>().is_err(),
+            "a mixed form was accepted"
+        );
     }
 }

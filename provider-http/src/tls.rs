@@ -79,12 +79,13 @@ impl TlsConfig {
         match &self.trust {
             Trust::SystemRoots => Ok(builder),
             Trust::CaFile(path) => {
-                let pem = std::fs::read(path).map_err(|e| {
-                    Error::invalid_spec(
-                        "tls.caFile",
-                        format!("cannot read {}: {e}", path.display()),
-                    )
-                })?;
+                // A regular file of bounded size: `/dev/zero` or a huge file would be
+                // read until memory runs out.
+                let pem = machine_core::read_user_file(
+                    "tls.caFile",
+                    path,
+                    machine_core::MAX_USER_FILE_BYTES,
+                )?;
                 with_cas(builder, &pem, Some(path))
             }
             Trust::CaPem(pem) => with_cas(builder, pem, None),
@@ -258,6 +259,26 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::InvalidSpec);
         assert_eq!(err.field(), Some("tls.caFile"));
         assert!(err.message().contains("/nonexistent/ca.pem"), "{err}");
+    }
+
+    #[test]
+    fn a_ca_file_that_is_a_device_or_too_big_is_refused_without_reading_it_all() {
+        for path in ["/dev/zero", "/dev/urandom", "/"] {
+            let err = TlsConfig::new()
+                .with_ca_file(path)
+                .apply(reqwest::Client::builder())
+                .unwrap_err();
+            assert_eq!(err.field(), Some("tls.caFile"), "{path}: {err}");
+            assert!(err.to_string().contains("not a regular file"), "{err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("ca.pem");
+        std::fs::write(&big, vec![b'A'; 2 * 1024 * 1024]).unwrap();
+        let err = TlsConfig::new()
+            .with_ca_file(&big)
+            .apply(reqwest::Client::builder())
+            .unwrap_err();
+        assert!(err.to_string().contains("byte bound"), "{err}");
     }
 
     #[test]
