@@ -62,6 +62,7 @@ mod software;
 mod spec;
 pub mod steps;
 mod transport;
+mod url;
 pub mod user_data;
 
 pub use capabilities::{Capabilities, PowerOp, PowerOperations, SizeBasis, UserDataDelivery};
@@ -95,6 +96,7 @@ pub use transport::{
     Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, MASK, MIN_MASKED_LEN,
     RemoteShell, Transport,
 };
+pub use url::{UrlSetting, redact_url};
 pub use user_data::{ContentEncoding, UserData, UserDataFormat, UserDataPart};
 
 /// Secrets: values that Debug, Display and tracing never show. Re-exported from

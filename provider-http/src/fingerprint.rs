@@ -117,7 +117,10 @@ mod tests {
     fn a_wrong_length_or_a_non_hex_digit_is_refused_saying_which() {
         let short = "ab:cd".parse::<CertFingerprint>().unwrap_err();
         assert_eq!(short.kind(), ErrorKind::InvalidSpec);
-        assert!(short.message().contains("got 5 characters in 2 groups"), "{short}");
+        assert!(
+            short.message().contains("got 5 characters in 2 groups"),
+            "{short}"
+        );
         let mut bad = EMPTY.to_string();
         bad.replace_range(0..2, "zz");
         let err = bad.parse::<CertFingerprint>().unwrap_err();

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use machine_core::{
-    DEFAULT_OWNER, Error, MAX_TIMEOUT, MachineSpec, Result, SecretString, check_duration,
+    DEFAULT_OWNER, Error, MAX_TIMEOUT, MachineSpec, Result, SecretString, UrlSetting,
+    check_duration,
 };
 use provider_http::{CertFingerprint, TlsConfig};
 use serde::Deserialize;
@@ -150,7 +151,8 @@ pub struct VsphereConfig {
 /// Builds a [`VsphereConfig`]; [`VsphereConfigBuilder::build`] checks every field.
 #[derive(Debug, Clone, Default)]
 pub struct VsphereConfigBuilder {
-    url: Option<String>,
+    // Debug shows it without user information; build refuses user information.
+    url: Option<UrlSetting>,
     username: Option<String>,
     password: Option<SecretString>,
     ca_file: Option<String>,
@@ -171,7 +173,7 @@ pub struct VsphereConfigBuilder {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ConfigFile {
-    url: Option<String>,
+    url: Option<UrlSetting>,
     username: Option<String>,
     password: Option<String>,
     ca_file: Option<String>,
@@ -358,7 +360,7 @@ impl VsphereConfigBuilder {
     pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
         let get = |k: &str| get(k).filter(|v| !v.is_empty());
         VsphereConfigBuilder {
-            url: get("VSPHERE_URL"),
+            url: get("VSPHERE_URL").map(UrlSetting::from),
             username: get("VSPHERE_USERNAME"),
             password: get("VSPHERE_PASSWORD").map(SecretString::from),
             ca_file: get("VSPHERE_CA_FILE"),
@@ -382,7 +384,7 @@ impl VsphereConfigBuilder {
     /// vCenter's URL: `https://vc.example.com` (the SDK path `/sdk` is added when the
     /// URL has no path). Required.
     pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
+        self.url = Some(UrlSetting::new(url));
         self
     }
 
@@ -472,10 +474,14 @@ impl VsphereConfigBuilder {
         let url = self
             .url
             .ok_or_else(|| Error::invalid_spec("url", "no vCenter URL (VSPHERE_URL)"))?;
-        let parsed = reqwest::Url::parse(&url).map_err(|e| {
+        url.check("url")?;
+        let parsed = reqwest::Url::parse(url.as_str()).map_err(|e| {
             Error::invalid_spec(
                 "url",
-                format!("{} is not a URL: {e}", machine_core::shown(&url)),
+                format!(
+                    "{} is not a URL: {e}",
+                    machine_core::shown(&url.to_string())
+                ),
             )
         })?;
         match parsed.scheme() {
@@ -603,6 +609,17 @@ mod tests {
             base().build().unwrap().sdk_url(),
             "https://vc.example.com/sdk"
         );
+    }
+
+    #[test]
+    fn a_url_with_credentials_is_refused_and_never_shown() {
+        let b = base().url("https://admin:s3cr3t@vc.example.com/sdk");
+        assert!(!format!("{b:?}").contains("s3cr3t"), "{b:?}");
+        let e = b.build().unwrap_err();
+        assert_eq!(e.field(), Some("url"), "{e}");
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
+        let e = base().url("ht tp://admin:s3cr3t@vc").build().unwrap_err();
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
     }
 
     #[test]
