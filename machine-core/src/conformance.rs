@@ -36,7 +36,7 @@ mod fixture;
 mod promises;
 mod replicas;
 
-pub use bad_input::{BadInput, CASE_TIME, MAX_MESSAGE, check_bad_inputs};
+pub use bad_input::{BadInput, CASE_TIME, MAX_MESSAGE, check_bad_inputs, cpu_time};
 pub use crash::{create_survives_a_crash_at_any_point, delete_survives_a_crash_at_any_point};
 pub use faults::{BackendFault, FaultHook, backend_faults_come_back_with_their_kind};
 pub use fixture::{Clients, Fixture, FreshProvider};

@@ -8,9 +8,32 @@ use std::time::{Duration, Instant};
 
 use crate::error::{ErrorKind, Result};
 
-/// The longest time one case may take: a guard against inputs that make a parser
-/// blow up (deep nesting, alias bombs), generous for a debug build on a loaded machine.
+/// The most CPU time one case may use: a guard against inputs that make a parser blow up
+/// (deep nesting, alias bombs), generous for a debug build. It bounds work, not wall
+/// time: a case that waits for a busy machine's CPU is not charged for the wait (see
+/// [`cpu_time`]).
 pub const CASE_TIME: Duration = Duration::from_millis(750);
+
+/// Runs `f` on this thread and returns its result with the CPU time the thread used
+/// meanwhile, read from Linux's `/proc/thread-self/schedstat` (nanoseconds on the CPU).
+/// Where that cannot be read, the wall time divided by ten, so that a bound on it still
+/// holds on a machine ten times slower. For tests that bound work rather than wall time.
+pub fn cpu_time<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let before = thread_cpu();
+    let wall = Instant::now();
+    let out = f();
+    let used = match (before, thread_cpu()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => wall.elapsed() / 10,
+    };
+    (out, used)
+}
+
+fn thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
 
 /// The longest error message a case may give: echoed values must be cut.
 pub const MAX_MESSAGE: usize = 1_000;
@@ -42,18 +65,16 @@ impl<I> BadInput<I> {
 }
 
 /// Runs every case through `run` and panics listing every case that was accepted,
-/// panicked, took longer than [`CASE_TIME`], gave another kind than
+/// panicked, used more CPU time than [`CASE_TIME`], gave another kind than
 /// [`ErrorKind::InvalidSpec`], named another field, lacked its line or gave a message
 /// over [`MAX_MESSAGE`] bytes.
 pub fn check_bad_inputs<I>(cases: &[BadInput<I>], run: impl Fn(&I) -> Result<()>) {
     let mut failures = Vec::new();
     for case in cases {
-        let started = Instant::now();
-        let outcome = catch_unwind(AssertUnwindSafe(|| run(&case.input)));
-        let took = started.elapsed();
+        let (outcome, took) = cpu_time(|| catch_unwind(AssertUnwindSafe(|| run(&case.input))));
         let mut fail = |why: String| failures.push(format!("{}: {why}", case.name));
         if took > CASE_TIME {
-            fail(format!("took {took:?}"));
+            fail(format!("used {took:?} of CPU"));
         }
         let e = match outcome {
             Err(_) => {
@@ -96,6 +117,25 @@ pub fn check_bad_inputs<I>(cases: &[BadInput<I>], run: impl Fn(&I) -> Result<()>
 mod tests {
     use super::*;
     use crate::Error;
+
+    #[test]
+    fn cpu_time_counts_work_not_waiting() {
+        let ((), slept) = cpu_time(|| std::thread::sleep(Duration::from_millis(200)));
+        assert!(
+            slept < Duration::from_millis(100),
+            "sleeping cost {slept:?}"
+        );
+        let (_, spun) = cpu_time(|| {
+            let until = Instant::now() + Duration::from_millis(200);
+            let mut n = 0u64;
+            while Instant::now() < until {
+                n = std::hint::black_box(n + 1);
+            }
+            n
+        });
+        // At least some of the 200 ms of spinning was on the CPU, even on a busy machine.
+        assert!(spun > Duration::from_millis(5), "spinning cost {spun:?}");
+    }
 
     #[test]
     fn a_correct_refusal_passes() {
