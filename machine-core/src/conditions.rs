@@ -18,6 +18,12 @@ pub const LAYER_APPLIED_PREFIX: &str = "LayerApplied/";
 /// Reasons: [`DUPLICATES_FOUND`] (status true), [`UNIQUE`] (false again).
 pub const DUPLICATES: &str = "Duplicates";
 
+/// Whether the machine was made from what its spec and coupled layers give now (its
+/// stamped coupled revision, [`crate::revision`]). Reasons: [`CURRENT`] (true),
+/// [`COUPLED_CHANGED`] (false: only a new machine can take the change). Not set on a
+/// machine made without a revision.
+pub const UP_TO_DATE: &str = "UpToDate";
+
 /// The condition type of the decoupled layer named `layer`.
 pub fn layer_applied(layer: &str) -> String {
     format!("{LAYER_APPLIED_PREFIX}{layer}")
@@ -43,6 +49,10 @@ pub const FAILED: &str = "Failed";
 pub const DUPLICATES_FOUND: &str = "DuplicatesFound";
 /// Reason: one live resource carries the name again.
 pub const UNIQUE: &str = "Unique";
+/// Reason: the machine's coupled revision is the spec's.
+pub const CURRENT: &str = "Current";
+/// Reason: the spec or a coupled layer changed since the machine was made.
+pub const COUPLED_CHANGED: &str = "CoupledChanged";
 /// Reason: the layer is applied.
 pub const APPLIED: &str = "Applied";
 /// Reason: applying the layer failed.

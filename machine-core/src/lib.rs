@@ -55,6 +55,7 @@ mod nodes;
 mod observe;
 mod provisioner;
 pub mod retry;
+pub mod revision;
 #[cfg(feature = "schemars")]
 mod schema;
 pub mod sim;

@@ -370,6 +370,14 @@ impl Machine {
         }
     }
 
+    /// The coupled revision the machine was made from, as stamped by the composer
+    /// ([`crate::revision::REVISION_LABEL`]); `None` for a machine made otherwise.
+    pub fn revision(&self) -> Option<&str> {
+        self.labels
+            .get(crate::revision::REVISION_LABEL)
+            .map(String::as_str)
+    }
+
     /// The first address of `kind`.
     pub fn address(&self, kind: AddressKind) -> Option<&str> {
         self.addresses

@@ -71,6 +71,20 @@ pub trait DecoupledSoftware: Software {
 
     /// Applies the layer. Must be safe to call again after a partial run.
     async fn apply(&self, machine: &Machine, transport: &dyn Transport) -> Result<()>;
+
+    /// A digest of what this layer puts on `machine` (for instance
+    /// [`crate::revision::digest`] of what it renders), the same in every process for
+    /// the same content; `None` (the default) when the layer keeps no such record.
+    ///
+    /// With one, the composer records the digest on the machine after each apply
+    /// ([`crate::revision::LAYER_DIGEST_DIR`]) and, next time, reads that one file
+    /// instead of calling [`DecoupledSoftware::is_applied`]: the same digest is applied,
+    /// another is a changed layer, applied again in place. A machine without a record
+    /// (made before) is asked `is_applied`, and the record written when it says yes.
+    fn digest(&self, machine: &Machine) -> Option<String> {
+        let _ = machine;
+        None
+    }
 }
 
 /// The outcome of checking whether coupled software has finished on a machine.

@@ -230,6 +230,11 @@ impl DecoupledSoftware for StepLayer {
         Ok(self.hashes.iter().all(|h| done.contains(h)))
     }
 
+    /// The digest of its steps, in order.
+    fn digest(&self, _machine: &Machine) -> Option<String> {
+        Some(crate::revision::digest(self.hashes.join("\n").as_bytes()))
+    }
+
     async fn apply(&self, machine: &Machine, transport: &dyn Transport) -> Result<()> {
         let done = self.done_hashes(transport).await?;
         let mut record: Vec<String> = self

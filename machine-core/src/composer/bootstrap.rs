@@ -153,28 +153,76 @@ impl Bootstrapper {
         }
         // A machine seen afresh (a reconcile's) carries no record of earlier steps.
         for layer in self.layers.iter().take(state.layers_done) {
-            machine.set_condition(&C::layer_applied(layer.name()), true, C::APPLIED, "applied");
+            let condition = C::layer_applied(layer.name());
+            if !machine.condition(&condition).is_some_and(|c| c.status) {
+                machine.set_condition(&condition, true, C::APPLIED, "applied");
+            }
         }
         let Some(layer) = self.layers.get(state.layers_done) else {
             return Ok(BootstrapStep::Done);
         };
         let name = layer.name();
         let condition = C::layer_applied(name);
-        if layer.is_applied(machine, transport).await? {
+        let digest = layer.digest(machine);
+        let recorded = match &digest {
+            Some(_) => read_digest(transport, name).await?,
+            None => None,
+        };
+        let applied = match (&digest, &recorded) {
+            (Some(want), Some(have)) => want == have,
+            // No record to compare (no digest, or a machine made before): the layer
+            // itself says.
+            _ => layer.is_applied(machine, transport).await?,
+        };
+        if applied {
+            if let Some(want) = digest.filter(|d| recorded.as_ref() != Some(d)) {
+                write_digest(transport, name, &want).await?;
+            }
             state.layers_done += 1;
             machine.set_condition(&condition, true, C::APPLIED, "already applied");
             return Ok(BootstrapStep::AlreadyApplied(name.to_owned()));
         }
+        let changed = recorded.is_some();
         let applied = layer
             .apply(machine, transport)
-            .instrument(tracing::info_span!("layer", layer = name))
+            .instrument(tracing::info_span!("layer", layer = name, changed))
             .await;
         if let Err(e) = applied {
             machine.set_condition(&condition, false, C::APPLY_FAILED, e.to_string());
             return Err(e.context(format_args!("layer {name}")));
         }
+        if let Some(want) = &digest {
+            write_digest(transport, name, want).await?;
+        }
         state.layers_done += 1;
-        machine.set_condition(&condition, true, C::APPLIED, "applied");
+        let why = if changed {
+            "applied again: the layer changed"
+        } else {
+            "applied"
+        };
+        machine.set_condition(&condition, true, C::APPLIED, why);
         Ok(BootstrapStep::Applied(name.to_owned()))
     }
+}
+
+/// The digest recorded for `layer` on the machine, if any.
+async fn read_digest(transport: &dyn Transport, layer: &str) -> Result<Option<String>> {
+    let bytes = transport
+        .read_file(&crate::revision::layer_digest_path(layer), 1024)
+        .await?;
+    Ok(bytes.map(|b| String::from_utf8_lossy(&b).trim().to_owned()))
+}
+
+/// Records `digest` as `layer`'s applied digest on the machine.
+async fn write_digest(transport: &dyn Transport, layer: &str, digest: &str) -> Result<()> {
+    transport
+        .upload(
+            &crate::transport::FileUpload::new(
+                crate::revision::layer_digest_path(layer),
+                format!("{digest}\n"),
+            )
+            .mode(0o644),
+        )
+        .await
+        .map_err(|e| e.context(format_args!("recording layer {layer}'s digest")))
 }

@@ -13,6 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::machine::{Machine, Phase, ProviderId};
 use crate::name::MachineName;
 use crate::observe::{Timeline, TimelineRecorder};
+use crate::revision;
 use crate::spec::MachineSpec;
 use crate::transport::Transport;
 use crate::user_data::UserData;
@@ -21,6 +22,8 @@ use crate::user_data::UserData;
 /// time (level-triggered); `provision` keeps it to save calls and connections.
 pub(crate) struct StepState {
     user_data: Option<Option<UserData>>,
+    /// The coupled revision of the spec and its user data, with them.
+    revision: String,
     provider_id: Option<ProviderId>,
     transport: Option<Arc<dyn Transport>>,
     bootstrap: BootstrapState,
@@ -39,6 +42,7 @@ impl StepState {
     pub(crate) fn new() -> Self {
         StepState {
             user_data: None,
+            revision: String::new(),
             provider_id: None,
             transport: None,
             bootstrap: BootstrapState::default(),
@@ -145,7 +149,9 @@ impl Composer {
 
     pub(crate) async fn step(&self, spec: &MachineSpec, st: &mut StepState) -> Result<Reconciled> {
         if st.user_data.is_none() {
-            st.user_data = Some(self.user_data(spec)?);
+            let user_data = self.user_data(spec)?;
+            st.revision = revision::coupled_revision(spec, user_data.as_ref());
+            st.user_data = Some(user_data);
         }
         let observed = match &st.provider_id {
             Some(id) => match self.provider.get(id).await {
@@ -160,9 +166,13 @@ impl Composer {
             Some(m) => (m, false),
             None => {
                 let user_data = st.user_data.as_ref().and_then(Option::as_ref);
+                // Stamped through the provider, so that any process reads it back.
+                let stamped = spec
+                    .clone()
+                    .with_label(revision::REVISION_LABEL, st.revision.clone());
                 let m = self
                     .provider
-                    .create(spec, user_data)
+                    .create(&stamped, user_data)
                     .instrument(tracing::info_span!("create"))
                     .await?;
                 self.events
@@ -180,6 +190,23 @@ impl Composer {
             .filter(|p| p.provider_id == m.provider_id);
         if let Some(p) = &previous {
             m.keep_conditions_of(p);
+        }
+        // After the previous conditions: their transition times hold while the status does.
+        if let Some(made_from) = m.revision() {
+            if made_from == st.revision {
+                m.set_condition(
+                    C::UP_TO_DATE,
+                    true,
+                    C::CURRENT,
+                    "made from the spec's revision",
+                );
+            } else {
+                let message = format!(
+                    "made from revision {made_from}, the spec and coupled layers now give {}: only a new machine can take the change",
+                    st.revision
+                );
+                m.set_condition(C::UP_TO_DATE, false, C::COUPLED_CHANGED, message);
+            }
         }
         if created_now && st.stop_at_phase_change {
             self.note_phase(&m, st);

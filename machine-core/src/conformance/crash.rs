@@ -59,7 +59,7 @@ fn crash_point(round: usize, rounds: usize, total: usize) -> usize {
 pub async fn create_survives_a_crash_at_any_point(c: &Clients, fx: &Fixture) {
     let case = "create_survives_a_crash_at_any_point";
     // One whole create, to learn how many await points a create has.
-    let probe = c.fresh(case).await;
+    let probe = c.new_instance(case).await;
     let spec = fx.spec("crash-probe");
     let (made, total) = count_pendings(probe.create(&spec, None)).await;
     let made = made.unwrap_or_else(|e| panic!("{probe}: create failed: {e}"));
@@ -70,7 +70,7 @@ pub async fn create_survives_a_crash_at_any_point(c: &Clients, fx: &Fixture) {
         let what = format!("crash-create-{round}");
         let spec = fx.spec(&what);
         let at = crash_point(round, fx.crash_rounds, total);
-        let doomed = c.fresh(case).await;
+        let doomed = c.new_instance(case).await;
         let finished = abandon_after(doomed.create(&spec, None), at).await;
         drop(doomed);
         if let Some(Err(e)) = &finished
@@ -79,7 +79,7 @@ pub async fn create_survives_a_crash_at_any_point(c: &Clients, fx: &Fixture) {
             panic!("create of {} failed before its crash point: {e}", spec.name);
         }
 
-        let next = c.fresh(case).await;
+        let next = c.new_instance(case).await;
         let p = next.as_ref();
         let m = p.create(&spec, None).await.unwrap_or_else(|e| {
             panic!("{p}: create after a crash at await point {at} of {total} failed: {e}")
@@ -125,7 +125,7 @@ pub async fn create_survives_a_crash_at_any_point(c: &Clients, fx: &Fixture) {
 /// another await point of the delete.
 pub async fn delete_survives_a_crash_at_any_point(c: &Clients, fx: &Fixture) {
     let case = "delete_survives_a_crash_at_any_point";
-    let probe = c.fresh(case).await;
+    let probe = c.new_instance(case).await;
     let (_, m) = fx.create(probe.as_ref(), "crash-probe-delete").await;
     fx.wait_for(probe.as_ref(), &m.provider_id, "running", Phase::is_running)
         .await;
@@ -137,13 +137,13 @@ pub async fn delete_survives_a_crash_at_any_point(c: &Clients, fx: &Fixture) {
     for round in 0..fx.crash_rounds {
         let what = format!("crash-delete-{round}");
         let at = crash_point(round, fx.crash_rounds, total);
-        let maker = c.fresh(case).await;
+        let maker = c.new_instance(case).await;
         let (spec, m) = fx.create(maker.as_ref(), &what).await;
         fx.wait_for(maker.as_ref(), &m.provider_id, "running", Phase::is_running)
             .await;
         drop(maker);
 
-        let doomed = c.fresh(case).await;
+        let doomed = c.new_instance(case).await;
         let finished = abandon_after(doomed.delete(&m.provider_id), at).await;
         drop(doomed);
         if let Some(Err(e)) = finished
@@ -155,7 +155,7 @@ pub async fn delete_survives_a_crash_at_any_point(c: &Clients, fx: &Fixture) {
             );
         }
 
-        let next = c.fresh(case).await;
+        let next = c.new_instance(case).await;
         let p = next.as_ref();
         p.delete(&m.provider_id).await.unwrap_or_else(|e| {
             panic!("{p}: delete after a crash at await point {at} of {total} failed: {e}")

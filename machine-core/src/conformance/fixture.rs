@@ -55,7 +55,7 @@ impl Clients {
         }
     }
 
-    /// Sets how new instances of the provider are made (see [`Clients::fresh`]).
+    /// Sets how new instances of the provider are made (the `fresh` field).
     ///
     /// ```no_run
     /// # use std::sync::Arc;
@@ -85,7 +85,7 @@ impl Clients {
     }
 
     /// A new instance of the provider; panics, naming the missing setting, without one.
-    pub(crate) async fn fresh(&self, case: &str) -> Arc<dyn MachineProvisioner> {
+    pub(crate) async fn new_instance(&self, case: &str) -> Arc<dyn MachineProvisioner> {
         let fresh = self.fresh.as_ref().unwrap_or_else(|| {
             panic!(
                 "{}: the case {case} needs new provider instances: set Clients::with_fresh",

@@ -47,7 +47,7 @@ pub async fn replicas_creating_one_name_make_one_machine(c: &Clients, fx: &Fixtu
     for round in 0..fx.replica_rounds {
         let mut replicas: Vec<Arc<dyn MachineProvisioner>> = Vec::new();
         for _ in 0..fx.replicas.max(2) {
-            replicas.push(c.fresh(case).await);
+            replicas.push(c.new_instance(case).await);
         }
         let specs: Vec<_> = (0..names)
             .map(|i| fx.spec(&format!("replica-{round}-{i}")))

@@ -234,6 +234,18 @@ impl SimCloud {
         self.lock().machines.get(id).map(|m| m.cell.lock().clone())
     }
 
+    /// Removes the file at `path` from the machine with `id`, as an operator (or a lost
+    /// disk) would; `Ok` whether or not it was there.
+    pub fn remove_file(&self, id: &ProviderId, path: &str) -> Result<()> {
+        let st = self.lock();
+        let m = st
+            .machines
+            .get(id)
+            .ok_or_else(|| Error::not_found(format!("no simulated machine {id}")))?;
+        m.cell.lock().files.remove(path);
+        Ok(())
+    }
+
     /// Cuts (`false`) or restores (`true`) the link to the machine with `id`: connects
     /// time out and open transports fail with a transient error while cut.
     pub fn set_reachable(&self, id: &ProviderId, reachable: bool) -> Result<()> {
