@@ -16,6 +16,8 @@ use crate::config::{SshConfig, SshTarget};
 use crate::errors::{io_error, ssh_error};
 use crate::exec::{Stdin, run};
 use crate::hostkeys::{HostKeyPin, HostKeyPolicy, preferred, verify_presented};
+use crate::supervisor::Supervision;
+use crate::text::shown;
 
 /// The russh callback object: checks the server's key against the policy and keeps the
 /// reason for a refusal, which russh itself reduces to "unknown key".
@@ -63,6 +65,7 @@ pub struct SshClient {
     peer: String,
     command_timeout: Option<Duration>,
     sudo: bool,
+    run_dir: Option<String>,
     // Keeps the tunnel's carrier connection open as long as this one.
     _jump: Option<Arc<SshClient>>,
 }
@@ -209,17 +212,30 @@ impl SshClient {
             peer,
             command_timeout: config.command_timeout,
             sudo: config.sudo,
+            run_dir: config.run_dir.clone(),
             _jump: jump,
         })
     }
 
     /// Runs `request` and turns a non-zero exit into an error carrying the command, the
-    /// status and the tail of stderr (see [`ExecOutput::check`]).
+    /// status and the tail of stderr, its control characters escaped (as
+    /// [`ExecOutput::check`] does otherwise).
     pub async fn run(&self, request: &ExecRequest) -> Result<ExecOutput> {
-        self.exec_with_stdin(request, Stdin::None)
-            .await?
+        let out = self.supervised(request).await?;
+        if out.success() {
+            return Ok(out);
+        }
+        ExecOutput::new(out.status, Vec::new(), shown(&out.stderr).into_bytes())
             .check(&request.command)
-            .map_err(|e| e.context(&self.target))
+            .map_err(|e| e.context(&self.target))?;
+        Ok(out)
+    }
+
+    /// Runs `request` under the supervisor (see the crate's `supervisor` module).
+    async fn supervised(&self, request: &ExecRequest) -> Result<ExecOutput> {
+        let req = self.prepare(request);
+        let sup = Supervision::new(&self.peer, &self.target.user, self.run_dir.as_deref(), &req);
+        crate::supervisor::run(&self.handle, &self.peer, &sup, &req).await
     }
 
     /// The target this client is connected to.
@@ -262,8 +278,12 @@ impl SshClient {
 
 #[async_trait]
 impl Transport for SshClient {
+    /// Runs the command under a supervisor on the machine that owns it: a timeout
+    /// kills its whole process group, a cut connection leaves it running, and the same
+    /// command again on the same machine waits for it (or takes over its outcome)
+    /// instead of starting another. See the crate documentation.
     async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput> {
-        self.exec_with_stdin(request, Stdin::None).await
+        self.supervised(request).await
     }
 
     async fn upload(&self, file: &FileUpload) -> Result<()> {

@@ -43,6 +43,8 @@ mod hostkeys;
 mod known_hosts;
 pub mod os;
 mod runner;
+mod supervisor;
+mod text;
 mod upload;
 
 pub use auth::Auth;
