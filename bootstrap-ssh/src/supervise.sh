@@ -41,7 +41,7 @@ others() { for w in "$f".w*; do [ -e "$w" ] && [ "$w" != "$f.w$$" ] && return 0;
 deliver() {
   [ -s "$f.out" ] && cat -- "$f.out"
   [ -s "$f.err" ] && cat -- "$f.err" >&2
-  read -r st 2>/dev/null < "$f.st"
+  st=; read -r st 2>/dev/null < "$f.rc"
   read -r r0 2>/dev/null < "$f.run"
   say "exit $st $1"
   exec >&- 2>&-
@@ -87,12 +87,15 @@ while :; do
   if [ "$3" != "$B" ]; then how="rerun:the machine restarted during the previous run"; else how="rerun:the previous run's supervisor died"; fi
   gone
 done
+# The status goes over a placeholder written now (1<> does not truncate), and the
+# end is an empty file: neither needs a block a full disk no longer has.
+{ printf '%s\n' ---- > "$f.rc"; } 2>/dev/null || { gone; fail "cannot record the run in $R (is its filesystem full?)"; }
 # stdout and stderr each through tail -c: the logs hold at most $m bytes whatever the
 # command prints, and a full disk fails the log, never the command's writes.
-{ { ( [ -n "$e" ] && eval "$e"; exec sh -c "$c" ); printf '%s\n' "$?" > "$f.rc"; } </dev/null 2>&1 >&3 3>&- | tail -c "$m" > "$f.err" 2>/dev/null; } 3>&1 | tail -c "$m" > "$f.out" 2>/dev/null
+{ { ( [ -n "$e" ] && eval "$e"; exec sh -c "$c" ); printf '%s\n' "$?" 1<> "$f.rc"; } </dev/null 2>&1 >&3 3>&- | tail -c "$m" > "$f.err" 2>/dev/null; } 3>&1 | tail -c "$m" > "$f.out" 2>/dev/null
 lf=$?
 rc=; read -r rc 2>/dev/null < "$f.rc"
-[ -n "$rc" ] || { gone; fail "the command ran, but its exit status could not be recorded in $R (is its filesystem full?)"; }
-{ printf '%s\n' "$rc" > "$f.st"; } 2>/dev/null || { gone; fail "the command ran (status $rc), but its outcome could not be recorded in $R"; }
+case $rc in ''|*[!0-9]*) gone; fail "the command ran, but its exit status could not be recorded in $R" ;; esac
+{ printf '' > "$f.st"; } 2>/dev/null || { gone; fail "the command ran (status $rc), but its end could not be recorded in $R"; }
 [ $lf = 0 ] || how="$how,log-incomplete"
 deliver "$how"
