@@ -364,3 +364,54 @@ async fn a_noexec_tmp_is_fine_for_another_user() {
         .unwrap();
     assert_ne!(out.status, Some(0), "the mount is noexec");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_supervisor_runs_on_busybox_sh_and_applets() {
+    support::need("busybox", "busybox");
+    let applets = tempfile::tempdir().unwrap();
+    support::run(
+        "busybox",
+        &["--install", "-s", applets.path().to_str().unwrap()],
+    );
+    // Nothing but busybox on the session's PATH: sh, tail, cat, rm, mkdir, sleep.
+    let extra = format!("SetEnv PATH={} SHLVL=1", applets.path().display());
+    let sshd = Sshd::with(SshdOptions {
+        extra: &extra,
+        ..SshdOptions::default()
+    });
+    let c = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let out = c
+        .exec(
+            &ExecRequest::new(
+                "readlink -f \"$(command -v sh)\"; echo \"$TOKEN\"; echo oops >&2; exit 5",
+            )
+            .env("TOKEN", machine_core::SecretString::from("s3 'cr' $(et)")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, Some(5));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "/usr/bin/busybox\ns3 'cr' $(et)\n"
+    );
+    assert_eq!(out.stderr, b"oops\n");
+    let out = c
+        .exec(
+            &ExecRequest::new("i=0; while [ $i -lt 5000 ]; do echo line-$i; i=$((i+1)); done")
+                .max_output(12),
+        )
+        .await
+        .unwrap();
+    let full: String = (0..5000).map(|i| format!("line-{i}\n")).collect();
+    assert_eq!(out.stdout, full.as_bytes()[full.len() - 12..]);
+    assert!(out.truncated);
+    let marker = format!("bssh-bb-{}", support::unique());
+    let e = c
+        .exec(&ExecRequest::new(two_sleepers(&marker)).timeout(Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("none is left"), "{e}");
+    assert_all_gone(&marker);
+}
