@@ -150,7 +150,16 @@ impl SshClient {
             port: target.port,
             refused: refused.clone(),
         };
-        let preferred = preferred(&config.host_keys, pins, &target.host, target.port)?;
+        let preferred = preferred(
+            &config.host_keys,
+            pins,
+            &target.host,
+            target.port,
+            config.ssh_rsa_sha1,
+        )?;
+        if config.ssh_rsa_sha1 {
+            sha1_notice(&peer);
+        }
         let ssh_config = Arc::new(Config {
             preferred,
             keepalive_interval: Some(config.keepalive_interval),
@@ -204,7 +213,14 @@ impl SshClient {
                 return Err(ssh_error(&peer, e));
             }
         };
-        authenticate(&mut handle, &peer, &target.user, &config.auth).await?;
+        authenticate(
+            &mut handle,
+            &peer,
+            &target.user,
+            &config.auth,
+            config.ssh_rsa_sha1,
+        )
+        .await?;
         tracing::debug!(target = %target, via = ?jump.as_ref().map(|j| j.target.to_string()), "ssh connected");
         Ok(SshClient {
             handle,
@@ -241,6 +257,11 @@ impl SshClient {
     /// The target this client is connected to.
     pub fn target(&self) -> &SshTarget {
         &self.target
+    }
+
+    /// Whether every command goes through sudo (the config's `with_sudo`).
+    pub(crate) fn sudo_always(&self) -> bool {
+        self.sudo
     }
 
     /// Whether the connection has dropped.
@@ -293,6 +314,21 @@ impl Transport for SshClient {
     async fn read_file(&self, path: &str, max_bytes: usize) -> Result<Option<Vec<u8>>> {
         crate::upload::read_file(self, path, max_bytes).await
     }
+}
+
+/// Says once per process on stderr, whatever the log level, that SHA-1 RSA signatures
+/// are accepted; every connection also logs a warning.
+fn sha1_notice(peer: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        eprintln!(
+            "WARNING: bootstrap-ssh: ssh-rsa signatures with SHA-1 are accepted (SshConfig::with_ssh_rsa_sha1): OpenSSH 8.8 and later refuse them as forgeable"
+        );
+    }
+    tracing::warn!(
+        peer,
+        "ssh-rsa (SHA-1) signatures accepted for host keys and RSA user keys (with_ssh_rsa_sha1)"
+    );
 }
 
 /// How long a dead link may go unnoticed: the keepalive interval times one more than

@@ -141,6 +141,7 @@ pub struct SshConfig {
     pub(crate) jump: Option<JumpHost>,
     pub(crate) sudo: bool,
     pub(crate) run_dir: Option<String>,
+    pub(crate) ssh_rsa_sha1: bool,
 }
 
 impl SshConfig {
@@ -170,6 +171,7 @@ impl SshConfig {
             jump: None,
             sudo: false,
             run_dir: None,
+            ssh_rsa_sha1: false,
         }
     }
 
@@ -251,6 +253,17 @@ impl SshConfig {
             }
         }
         Ok(())
+    }
+
+    /// Accepts `ssh-rsa` signatures, RSA with SHA-1, for host keys and RSA user keys:
+    /// only for old servers (OpenSSH before 7.2) that know nothing better. Off by
+    /// default, as in OpenSSH 8.8 and later: a server offering only `ssh-rsa` is
+    /// refused, saying so. SHA-1 signatures can be forged (chosen-prefix collisions);
+    /// when on, the first connection of the process says so on stderr whatever the log
+    /// level, and every connection logs a warning.
+    pub fn with_ssh_rsa_sha1(mut self, allow: bool) -> Self {
+        self.ssh_rsa_sha1 = allow;
+        self
     }
 
     /// Keeps the records of supervised commands (pid, status, bounded output logs) in

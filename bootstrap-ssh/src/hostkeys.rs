@@ -234,6 +234,12 @@ pub(crate) fn verify(
             _ => {}
         }
     }
+    if !path.exists() {
+        return Err(Error::permanent(format!(
+            "host key of {peer} cannot be checked: the known_hosts file {} does not exist (the server offered {offered}); create it with the host's key, pin the key in the machine's access.hostKeys, or opt in to accept-new",
+            path.display()
+        )));
+    }
     Err(Error::permanent(format!(
         "host key of {peer} is unknown: {offered}; pin it in the machine's access.hostKeys, add it to {}, or opt in to accept-new{notes}",
         path.display()
@@ -316,16 +322,29 @@ fn verify_cert(
     Ok(())
 }
 
-/// The host-key algorithms to ask the server for: algorithms of keys already known for
-/// this host first (so a server with several host keys presents the one that can be
-/// checked, as OpenSSH does), and host certificates when a CA is trusted for it.
+/// The algorithms to negotiate: russh's defaults (checked against OpenSSH 9's in the
+/// crate documentation) without `ssh-rsa` host-key signatures (SHA-1), which OpenSSH
+/// 8.8 and later refuse too, unless `ssh_rsa_sha1` opts in; host-key algorithms of
+/// keys already known for this host first (so a server with several host keys
+/// presents the one that can be checked, as OpenSSH does), and host certificates when
+/// a CA is trusted for it.
 pub(crate) fn preferred(
     policy: &HostKeyPolicy,
     pins: &[HostKeyPin],
     host: &str,
     port: u16,
+    ssh_rsa_sha1: bool,
 ) -> Result<Preferred> {
     let mut preferred = Preferred::DEFAULT.clone();
+    if !ssh_rsa_sha1 {
+        let keys: Vec<Algorithm> = preferred
+            .key
+            .iter()
+            .filter(|a| !matches!(a, Algorithm::Rsa { hash: None }))
+            .cloned()
+            .collect();
+        preferred.key = keys.into();
+    }
     let known: Vec<Algorithm> = match policy {
         HostKeyPolicy::Insecure => return Ok(preferred),
         _ if !pins.is_empty() => pins
