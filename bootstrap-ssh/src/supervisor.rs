@@ -1,36 +1,6 @@
-//! Every command [`crate::SshClient`] runs has one owner on the machine: a small POSIX
-//! sh supervisor (`supervise.sh`, sent with each command; coreutils or busybox, no
-//! GNU-only flag) that outlives the SSH session.
-//!
-//! - **Run directory**: `/run/bootstrap-ssh` for root (and sudo), else
-//!   `/tmp/bootstrap-ssh-<user>` (or [`crate::SshConfig::with_run_dir`]); mode 0700,
-//!   owned by that user, refused when it is a link or another user's. Nothing is
-//!   executed from it, so a `noexec` mount is fine.
-//! - **Run key**: a run is named by a hash of the target (`host:port`), the command and
-//!   the names of its environment variables. That is a step's identity: the same
-//!   command again on the same machine is the same step.
-//! - **Records**: `<key>.run` (the supervisor's pid, start time, boot id, process group
-//!   and the client's clock at the start; created with noclobber, so of two supervisors
-//!   of one key exactly one runs the command), `<key>.out` / `<key>.err` (the last
-//!   `max_output` bytes of each stream, through `tail -c`: bounded whatever the command
-//!   prints, and a full disk fails the log, never the command), `<key>.st` (its status).
-//! - **A cut connection** leaves the command running (its input is /dev/null, its
-//!   output goes to the logs, never to the session). The records stay until a client
-//!   has read the outcome: the next run of the same key (the composer's and the
-//!   runner's retries, or any rerun of the step) waits for a live run, or takes over
-//!   the outcome of a finished one (finished in this boot, started less than an hour
-//!   ago by the client's clock), instead of starting another.
-//! - **A timeout** kills the run's whole process group by the recorded id, from a new
-//!   channel, checks in `/proc` that none of it is left, and says what it killed (or
-//!   what still runs). SSH signal requests are not used: sshd refuses them for root.
-//!   The process group is the session sshd made for the command's channel (sshd
-//!   starts every command with `setsid`); POSIX sh cannot make a new one portably
-//!   (`set -m` needs a terminal in dash and busybox), so the supervisor is killed with
-//!   its command and the killer removes the records.
-//! - **A restart of the machine** (boot id changed, `/run` emptied) or a supervisor
-//!   killed by someone else (its pid gone or reused: start time changed) leaves a run
-//!   without an outcome: the next run of the key runs the command again (a client
-//!   that was waiting for that run reports it lost instead).
+//! The supervisor of every command (`supervise.sh`) and its killer (`kill.sh`), and
+//! the client's side of both; the crate documentation ("Commands on the machine")
+//! says what they promise.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -98,6 +98,11 @@ p={dir}
 b={base}
 me={me}
 fail() {{ printf '%s\n' "$*" >&2; exit 1; }}
+enter() {{
+  cd -P -- "$1" 2>/dev/null && return 0
+  [ -x "$1" ] || fail "cannot enter $D/$1: Permission denied"
+  fail "cannot enter $D/$1"
+}}
 cd /
 D=
 r=${{p#/}}
@@ -108,11 +113,12 @@ while [ -n "$r" ]; do
   if [ -L "$c" ]; then
     set -- $(ls -ld -- "$c")
     [ "$3" = root ] || [ "$3" = "$me" ] || fail "refused: $D/$c is a symbolic link owned by $3, not by root or $me: it could point the upload anywhere"
-    cd -P -- "$c" || fail "cannot enter $D/$c"
+    enter "$c"
   else
-    [ -e "$c" ] || mkdir -- "$c" 2>/dev/null || [ -d "$c" ] || fail "cannot make the directory $D/$c"
+    o=
+    [ -e "$c" ] || o=$(mkdir -- "$c" 2>&1) || [ -d "$c" ] || fail "cannot make the directory $D/$c: $o"
     [ -d "$c" ] || fail "$D/$c is not a directory"
-    cd -P -- "$c" || fail "cannot enter $D/$c"
+    enter "$c"
     [ "$PWD" = "$D/$c" ] || fail "refused: $D/$c turned into a link to $PWD while the path was resolved"
   fi
   D=$PWD

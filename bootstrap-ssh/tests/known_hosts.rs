@@ -275,7 +275,7 @@ async fn a_server_offering_only_ssh_rsa_sha1_is_refused_unless_opted_in() {
     assert!(!e.is_retryable(), "{e}");
     // The same key pinned: refused too.
     let pin = HostKeyPin::parse("pin", &sshd.more_host_key_pubs[0]).unwrap();
-    let e = SshClient::connect(&sshd.config(), &sshd.target(), &[pin.clone()])
+    let e = SshClient::connect(&sshd.config(), &sshd.target(), std::slice::from_ref(&pin))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("ssh-rsa"), "{e}");
