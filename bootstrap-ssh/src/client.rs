@@ -17,7 +17,6 @@ use crate::errors::{io_error, ssh_error};
 use crate::exec::{Stdin, run};
 use crate::hostkeys::{HostKeyPin, HostKeyPolicy, preferred, verify_presented};
 use crate::supervisor::Supervision;
-use crate::text::shown;
 
 /// The russh callback object: checks the server's key against the policy and keeps the
 /// reason for a refusal, which russh itself reduces to "unknown key".
@@ -234,17 +233,13 @@ impl SshClient {
     }
 
     /// Runs `request` and turns a non-zero exit into an error carrying the command, the
-    /// status and the tail of stderr, its control characters escaped (as
-    /// [`ExecOutput::check`] does otherwise).
+    /// status and the tail of stderr, its control characters escaped (see
+    /// [`ExecOutput::check`]).
     pub async fn run(&self, request: &ExecRequest) -> Result<ExecOutput> {
-        let out = self.supervised(request).await?;
-        if out.success() {
-            return Ok(out);
-        }
-        ExecOutput::new(out.status, Vec::new(), shown(&out.stderr).into_bytes())
+        self.supervised(request)
+            .await?
             .check(&request.command)
-            .map_err(|e| e.context(&self.target))?;
-        Ok(out)
+            .map_err(|e| e.context(&self.target))
     }
 
     /// Runs `request` under the supervisor (see the crate's `supervisor` module).
