@@ -289,3 +289,119 @@ async fn the_rpm_family_over_ssh_writes_the_yum_repository_and_installs_with_dnf
         .await
         .unwrap();
 }
+
+/// Makes the stub kubeadm take `seconds` before it joins: a join in progress that long.
+fn slow_join(seconds: u32) -> CloudConfigLayer {
+    CloudConfigLayer::new(
+        "slow-join",
+        CloudConfig::new().with_file(WriteFile::new(
+            "/etc/kubeadm-stub-pre",
+            format!("{seconds}\n"),
+        )),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cuts_in_the_middle_of_a_join_give_exactly_one_join() {
+    let lab = Lab::new();
+    let provider = lab.provider("kubeadm-cut");
+    let key = ClientKey::new();
+    let layer = Arc::new(
+        KubeadmNode::worker(
+            "1.31.4",
+            "10.0.0.10:6443",
+            SecretString::from(TOKEN),
+            format!("sha256:{}", "5e".repeat(32)),
+        )
+        .with_apt_key(KEY)
+        .layer("kubernetes")
+        .unwrap(),
+    );
+    // A cut is noticed within about 3 s, so the composer's own retries reconnect
+    // while the join still runs (or once it has finished, for a long cut).
+    let connector = key.connector_with(|c| c.with_keepalive(Duration::from_secs(1), 2));
+    let mut settings = ComposerSettings::default().with_poll_interval(Duration::from_millis(200));
+    settings.deadlines.bootstrap = Duration::from_secs(120);
+    let composer = Arc::new(
+        Composer::builder(provider.clone())
+            .settings(settings)
+            .coupled(Arc::new(stubs::fixture("/usr/local/sbin")))
+            .coupled(Arc::new(slow_join(10)))
+            .decoupled(layer.clone())
+            .connector(connector)
+            .completion(Arc::new(CloudInitStatus::new()))
+            .build()
+            .unwrap(),
+    );
+    let name = MachineName::new("kubeadm-cut").unwrap();
+    let mut spec = MachineSpec::new(name.clone());
+    spec.ssh = Some(key.access("root"));
+    let dir = provider.machine_dir(&name);
+    let upper = |p: &str| dir.join("upper").join(p.trim_start_matches('/'));
+    let read = |p: &str| std::fs::read_to_string(upper(p)).unwrap_or_default();
+    let count = |text: &str, prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
+
+    // (seconds into the 10 s join, seconds the link stays down): early, with the join
+    // still running at the reconnect (the rerun waits for it); long enough that the
+    // join ends while the link is down (the rerun takes over its outcome); late.
+    let mut machine = None;
+    for (round, (into, down)) in [(0.2, 5.0), (4.0, 12.0), (8.0, 5.0)]
+        .into_iter()
+        .enumerate()
+    {
+        if let Some(m) = &machine {
+            // Unjoin the node: the guard's credentials, the layer's record, the logs.
+            key.run(
+                m,
+                &format!(
+                    "rm -f /etc/kubernetes/kubelet.conf {} /var/log/kubeadm.joined && : > {}",
+                    layer.state_path().unwrap(),
+                    stubs::CALLS
+                ),
+            )
+            .await;
+        }
+        let run = {
+            let (composer, spec) = (composer.clone(), spec.clone());
+            tokio::spawn(async move { composer.provision(&spec, &CancellationToken::new()).await })
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+        while count(&read(stubs::CALLS), "kubeadm ") == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "round {round}: kubeadm never ran; calls: {}",
+                read(stubs::CALLS)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_secs_f64(into)).await;
+        assert!(
+            read("/var/log/kubeadm.joined").is_empty(),
+            "round {round}: cut too late"
+        );
+        let state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
+        let veth = format!("{}h{}", lab.bridge, state["slot"]);
+        ip(&["link", "set", &veth, "down"]);
+        tokio::time::sleep(Duration::from_secs_f64(down)).await;
+        ip(&["link", "set", &veth, "up"]);
+        let done = run
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the provision failed: {e}"));
+        assert_eq!(done.machine.phase, Phase::Ready);
+        let calls = read(stubs::CALLS);
+        assert_eq!(
+            count(&calls, "kubeadm "),
+            1,
+            "round {round} (cut {into} s into the join, down {down} s): kubeadm ran again:\n{calls}"
+        );
+        assert_eq!(read("/var/log/kubeadm.joined"), "joined\n", "round {round}");
+        machine = Some(done.machine);
+    }
+    composer
+        .deprovision(&name, &CancellationToken::new())
+        .await
+        .unwrap();
+}

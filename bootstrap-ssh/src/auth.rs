@@ -112,6 +112,7 @@ pub(crate) async fn authenticate(
     peer: &str,
     user: &str,
     methods: &[Auth],
+    ssh_rsa_sha1: bool,
 ) -> Result<()> {
     if methods.is_empty() {
         return Err(Error::invalid_spec(
@@ -125,11 +126,7 @@ pub(crate) async fn authenticate(
             Method::Key { key, origin } => {
                 tried.push(format!("{} key ({origin})", key.algorithm()));
                 let hash = if key.algorithm().is_rsa() {
-                    handle
-                        .best_supported_rsa_hash()
-                        .await
-                        .map_err(|e| ssh_error(peer, e))?
-                        .flatten()
+                    rsa_hash(handle, peer, ssh_rsa_sha1).await?
                 } else {
                     None
                 };
@@ -141,7 +138,7 @@ pub(crate) async fn authenticate(
             }
             Method::Agent(socket) => {
                 tried.push("ssh-agent".to_owned());
-                agent(handle, peer, user, socket.as_deref()).await?
+                agent(handle, peer, user, socket.as_deref(), ssh_rsa_sha1).await?
             }
             Method::Password(p) => {
                 tried.push("password".to_owned());
@@ -170,6 +167,7 @@ async fn agent(
     peer: &str,
     user: &str,
     socket: Option<&Path>,
+    ssh_rsa_sha1: bool,
 ) -> Result<bool> {
     use russh::keys::agent::client::AgentClient;
     let unreachable = |e: russh::keys::Error| {
@@ -188,11 +186,7 @@ async fn agent(
             continue;
         };
         let hash = if key.algorithm().is_rsa() {
-            handle
-                .best_supported_rsa_hash()
-                .await
-                .map_err(|e| ssh_error(peer, e))?
-                .flatten()
+            rsa_hash(handle, peer, ssh_rsa_sha1).await?
         } else {
             None
         };
@@ -205,4 +199,23 @@ async fn agent(
         }
     }
     Ok(false)
+}
+
+/// The hash of an RSA user-key signature: the best the server names; SHA-1 (`ssh-rsa`)
+/// only when opted in, else SHA-256, as OpenSSH 8.8 and later (a server that knows
+/// only `ssh-rsa` then refuses the key).
+async fn rsa_hash(
+    handle: &mut Handle<ClientHandler>,
+    peer: &str,
+    ssh_rsa_sha1: bool,
+) -> Result<Option<russh::keys::HashAlg>> {
+    let best = handle
+        .best_supported_rsa_hash()
+        .await
+        .map_err(|e| ssh_error(peer, e))?
+        .flatten();
+    Ok(match best {
+        None if !ssh_rsa_sha1 => Some(russh::keys::HashAlg::Sha256),
+        other => other,
+    })
 }

@@ -16,6 +16,7 @@ use crate::config::{SshConfig, SshTarget};
 use crate::errors::{io_error, ssh_error};
 use crate::exec::{Stdin, run};
 use crate::hostkeys::{HostKeyPin, HostKeyPolicy, preferred, verify_presented};
+use crate::supervisor::Supervision;
 
 /// The russh callback object: checks the server's key against the policy and keeps the
 /// reason for a refusal, which russh itself reduces to "unknown key".
@@ -63,6 +64,7 @@ pub struct SshClient {
     peer: String,
     command_timeout: Option<Duration>,
     sudo: bool,
+    run_dir: Option<String>,
     // Keeps the tunnel's carrier connection open as long as this one.
     _jump: Option<Arc<SshClient>>,
 }
@@ -147,7 +149,16 @@ impl SshClient {
             port: target.port,
             refused: refused.clone(),
         };
-        let preferred = preferred(&config.host_keys, pins, &target.host, target.port)?;
+        let preferred = preferred(
+            &config.host_keys,
+            pins,
+            &target.host,
+            target.port,
+            config.ssh_rsa_sha1,
+        )?;
+        if config.ssh_rsa_sha1 {
+            sha1_notice(&peer);
+        }
         let ssh_config = Arc::new(Config {
             preferred,
             keepalive_interval: Some(config.keepalive_interval),
@@ -201,7 +212,14 @@ impl SshClient {
                 return Err(ssh_error(&peer, e));
             }
         };
-        authenticate(&mut handle, &peer, &target.user, &config.auth).await?;
+        authenticate(
+            &mut handle,
+            &peer,
+            &target.user,
+            &config.auth,
+            config.ssh_rsa_sha1,
+        )
+        .await?;
         tracing::debug!(target = %target, via = ?jump.as_ref().map(|j| j.target.to_string()), "ssh connected");
         Ok(SshClient {
             handle,
@@ -209,22 +227,36 @@ impl SshClient {
             peer,
             command_timeout: config.command_timeout,
             sudo: config.sudo,
+            run_dir: config.run_dir.clone(),
             _jump: jump,
         })
     }
 
     /// Runs `request` and turns a non-zero exit into an error carrying the command, the
-    /// status and the tail of stderr (see [`ExecOutput::check`]).
+    /// status and the tail of stderr, its control characters escaped (see
+    /// [`ExecOutput::check`]).
     pub async fn run(&self, request: &ExecRequest) -> Result<ExecOutput> {
-        self.exec_with_stdin(request, Stdin::None)
+        self.supervised(request)
             .await?
             .check(&request.command)
             .map_err(|e| e.context(&self.target))
     }
 
+    /// Runs `request` under the supervisor (see the crate's `supervisor` module).
+    async fn supervised(&self, request: &ExecRequest) -> Result<ExecOutput> {
+        let req = self.prepare(request);
+        let sup = Supervision::new(&self.peer, &self.target.user, self.run_dir.as_deref(), &req);
+        crate::supervisor::run(&self.handle, &self.peer, &sup, &req).await
+    }
+
     /// The target this client is connected to.
     pub fn target(&self) -> &SshTarget {
         &self.target
+    }
+
+    /// Whether every command goes through sudo (the config's `with_sudo`).
+    pub(crate) fn sudo_always(&self) -> bool {
+        self.sudo
     }
 
     /// Whether the connection has dropped.
@@ -262,8 +294,12 @@ impl SshClient {
 
 #[async_trait]
 impl Transport for SshClient {
+    /// Runs the command under a supervisor on the machine that owns it: a timeout
+    /// kills its whole process group, a cut connection leaves it running, and the same
+    /// command again on the same machine waits for it (or takes over its outcome)
+    /// instead of starting another. See the crate documentation.
     async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput> {
-        self.exec_with_stdin(request, Stdin::None).await
+        self.supervised(request).await
     }
 
     async fn upload(&self, file: &FileUpload) -> Result<()> {
@@ -273,6 +309,21 @@ impl Transport for SshClient {
     async fn read_file(&self, path: &str, max_bytes: usize) -> Result<Option<Vec<u8>>> {
         crate::upload::read_file(self, path, max_bytes).await
     }
+}
+
+/// Says once per process on stderr, whatever the log level, that SHA-1 RSA signatures
+/// are accepted; every connection also logs a warning.
+fn sha1_notice(peer: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        eprintln!(
+            "WARNING: bootstrap-ssh: ssh-rsa signatures with SHA-1 are accepted (SshConfig::with_ssh_rsa_sha1): OpenSSH 8.8 and later refuse them as forgeable"
+        );
+    }
+    tracing::warn!(
+        peer,
+        "ssh-rsa (SHA-1) signatures accepted for host keys and RSA user keys (with_ssh_rsa_sha1)"
+    );
 }
 
 /// How long a dead link may go unnoticed: the keepalive interval times one more than

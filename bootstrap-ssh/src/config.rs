@@ -140,6 +140,8 @@ pub struct SshConfig {
     pub(crate) command_timeout: Option<Duration>,
     pub(crate) jump: Option<JumpHost>,
     pub(crate) sudo: bool,
+    pub(crate) run_dir: Option<String>,
+    pub(crate) ssh_rsa_sha1: bool,
 }
 
 impl SshConfig {
@@ -168,6 +170,8 @@ impl SshConfig {
             command_timeout: None,
             jump: None,
             sudo: false,
+            run_dir: None,
+            ssh_rsa_sha1: false,
         }
     }
 
@@ -229,6 +233,14 @@ impl SshConfig {
         if let Some(t) = self.command_timeout {
             fields.push(("command_timeout", t));
         }
+        if let Some(dir) = &self.run_dir
+            && (!dir.starts_with('/') || dir.contains('\0') || dir.len() < 2)
+        {
+            return Err(Error::invalid_spec(
+                "run_dir",
+                format!("{dir:?} is not an absolute directory path"),
+            ));
+        }
         for (field, d) in fields {
             if d.is_zero() || d > LIMIT {
                 return Err(Error::invalid_spec(
@@ -241,6 +253,26 @@ impl SshConfig {
             }
         }
         Ok(())
+    }
+
+    /// Accepts `ssh-rsa` signatures, RSA with SHA-1, for host keys and RSA user keys:
+    /// only for old servers (OpenSSH before 7.2) that know nothing better. Off by
+    /// default, as in OpenSSH 8.8 and later: a server offering only `ssh-rsa` is
+    /// refused, saying so. SHA-1 signatures can be forged (chosen-prefix collisions);
+    /// when on, the first connection of the process says so on stderr whatever the log
+    /// level, and every connection logs a warning.
+    pub fn with_ssh_rsa_sha1(mut self, allow: bool) -> Self {
+        self.ssh_rsa_sha1 = allow;
+        self
+    }
+
+    /// Keeps the records of supervised commands (pid, status, bounded output logs) in
+    /// `dir` on the machine instead of `/run/bootstrap-ssh` (root, sudo) or
+    /// `/tmp/bootstrap-ssh-<user>`. The supervisor makes it (mode 0700) and refuses it
+    /// when it is a link or another user's. An absolute path.
+    pub fn with_run_dir(mut self, dir: impl Into<String>) -> Self {
+        self.run_dir = Some(dir.into());
+        self
     }
 
     /// Runs every command, upload and read through `sudo -n`, for a login user that is

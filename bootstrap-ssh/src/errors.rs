@@ -8,6 +8,8 @@ use std::io;
 
 use machine_core::{Error, ErrorKind};
 
+use crate::text::escape_controls;
+
 /// Classifies a socket error met while talking to `peer`.
 pub(crate) fn io_error(peer: &str, e: io::Error) -> Error {
     use io::ErrorKind as K;
@@ -43,6 +45,25 @@ pub(crate) fn ssh_error(peer: &str, e: russh::Error) -> Error {
         | R::Kex
         | R::KexInit => ErrorKind::Transient,
         R::NotAuthenticated | R::NoAuthMethod | R::UnsupportedAuthMethod => ErrorKind::Unauthorized,
+        R::NoCommonAlgo { kind, ours, theirs } => {
+            let theirs = theirs
+                .iter()
+                .map(|t| escape_controls(t))
+                .collect::<Vec<_>>();
+            let hint = if matches!(kind, russh::AlgorithmKind::Key)
+                && theirs.iter().any(|t| t == "ssh-rsa")
+            {
+                "; ssh-rsa (RSA with SHA-1) is refused, as OpenSSH 8.8 and later refuse it: upgrade the server, give it an ed25519 key, or opt in with SshConfig::with_ssh_rsa_sha1(true)"
+            } else {
+                ""
+            };
+            return Error::permanent(format!(
+                "{peer}: no {kind:?} algorithm in common: the server offers {}, this client accepts {}{hint}",
+                theirs.join(","),
+                ours.join(",")
+            ))
+            .with_source(e);
+        }
         _ => ErrorKind::Permanent,
     };
     Error::new(kind, format!("{peer}: ssh: {e}")).with_source(e)

@@ -1,15 +1,18 @@
 //! Running one command on a channel: exit status, bounded output (the tail is kept),
-//! each line streamed into tracing, a timeout, and optional stdin.
+//! each line streamed into tracing, a timeout, and optional stdin. Uploads and reads
+//! run here directly; commands run under the supervisor (`supervisor.rs`), which uses
+//! the same bounded buffers and log.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use machine_core::{Error, ExecOutput, ExecRequest, Result};
+use russh::ChannelMsg;
 use russh::client::Handle;
-use russh::{ChannelMsg, Sig};
 
 use crate::client::{ClientHandler, humantime_secs};
 use crate::errors::{connection_lost, ssh_error};
+use crate::text::shown;
 
 /// What to feed the command on standard input.
 #[derive(Clone, Copy)]
@@ -24,14 +27,14 @@ pub(crate) enum Stdin<'a> {
 const MAX_LOG_LINE: usize = 4096;
 
 /// The last `max` bytes of a stream.
-struct Tail {
+pub(crate) struct Tail {
     buf: VecDeque<u8>,
     max: usize,
-    cut: bool,
+    pub(crate) cut: bool,
 }
 
 impl Tail {
-    fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Tail {
             buf: VecDeque::with_capacity(max.min(64 * 1024)),
             max,
@@ -39,7 +42,7 @@ impl Tail {
         }
     }
 
-    fn push(&mut self, data: &[u8]) {
+    pub(crate) fn push(&mut self, data: &[u8]) {
         let data = if data.len() > self.max {
             self.cut = true;
             self.buf.clear();
@@ -55,7 +58,25 @@ impl Tail {
         self.buf.extend(data);
     }
 
-    fn into_vec(self) -> Vec<u8> {
+    /// Whether the kept bytes end with `suffix`.
+    pub(crate) fn ends_with(&self, suffix: &[u8]) -> bool {
+        self.buf.len() >= suffix.len()
+            && self
+                .buf
+                .range(self.buf.len() - suffix.len()..)
+                .eq(suffix.iter())
+    }
+
+    /// Whether the kept bytes hold `needle`.
+    pub(crate) fn contains(&self, needle: &[u8]) -> bool {
+        let (a, b) = self.buf.as_slices();
+        let mut all = Vec::with_capacity(a.len() + b.len());
+        all.extend_from_slice(a);
+        all.extend_from_slice(b);
+        all.windows(needle.len().max(1)).any(|w| w == needle)
+    }
+
+    pub(crate) fn into_vec(self) -> Vec<u8> {
         self.buf.into()
     }
 }
@@ -65,9 +86,12 @@ impl Tail {
 const MAX_LOG_LINES: usize = 100;
 
 /// Splits a stream into lines for tracing, holding at most one partial line, and logs at
-/// most [`MAX_LOG_LINES`] of them, then a summary of what was left out.
-struct LineLog {
+/// most [`MAX_LOG_LINES`] of them, then a summary of what was left out. Control
+/// characters are shown escaped.
+pub(crate) struct LineLog {
     partial: Vec<u8>,
+    /// Lines starting with this are not logged (the supervisor's status line).
+    hide: Option<String>,
     stream: &'static str,
     on: bool,
     logged: usize,
@@ -76,9 +100,10 @@ struct LineLog {
 }
 
 impl LineLog {
-    fn new(stream: &'static str) -> Self {
+    pub(crate) fn new(stream: &'static str, hide: Option<String>) -> Self {
         LineLog {
             partial: Vec::new(),
+            hide,
             stream,
             on: tracing::enabled!(tracing::Level::DEBUG),
             logged: 0,
@@ -87,7 +112,7 @@ impl LineLog {
         }
     }
 
-    fn push(&mut self, peer: &str, data: &[u8]) {
+    pub(crate) fn push(&mut self, peer: &str, data: &[u8]) {
         if !self.on {
             return;
         }
@@ -117,13 +142,19 @@ impl LineLog {
     }
 
     fn emit(&mut self, peer: &str) {
-        let line = String::from_utf8_lossy(&self.partial);
-        tracing::debug!(peer, stream = self.stream, "{line}");
+        let hidden = self
+            .hide
+            .as_ref()
+            .is_some_and(|h| self.partial.starts_with(h.as_bytes()));
+        if !hidden {
+            let line = shown(&self.partial);
+            tracing::debug!(peer, stream = self.stream, "{line}");
+        }
         self.partial.clear();
         self.logged += 1;
     }
 
-    fn finish(&mut self, peer: &str) {
+    pub(crate) fn finish(&mut self, peer: &str) {
         if !self.on {
             return;
         }
@@ -143,7 +174,7 @@ impl LineLog {
 }
 
 /// A command as errors name it: its first line, cut to 80 characters.
-fn label(command: &str) -> String {
+pub(crate) fn label(command: &str) -> String {
     let first = command.lines().next().unwrap_or("");
     let cut: String = first.chars().take(80).collect();
     if cut.len() < command.len() {
@@ -191,8 +222,8 @@ pub(crate) async fn run(
     let collect = async {
         let mut out = Tail::new(req.max_output);
         let mut err = Tail::new(req.max_output);
-        let mut out_log = LineLog::new("stdout");
-        let mut err_log = LineLog::new("stderr");
+        let mut out_log = LineLog::new("stdout", None);
+        let mut err_log = LineLog::new("stderr", None);
         let mut status = None;
         let mut finished = false;
         let (mut out_bytes, mut err_bytes) = (0u64, 0u64);
@@ -261,7 +292,6 @@ pub(crate) async fn run(
         Some(limit) => match tokio::time::timeout(limit, both).await {
             Ok(res) => res,
             Err(_) => {
-                let _ = writer.signal(Sig::KILL).await;
                 let _ = writer.close().await;
                 Err(timed_out(peer, &req.command, limit))
             }
@@ -271,7 +301,7 @@ pub(crate) async fn run(
 
 fn timed_out(peer: &str, command: &str, limit: Duration) -> Error {
     Error::timeout(format!(
-        "{peer}: command {} did not finish within {}; it was sent SIGKILL",
+        "{peer}: {} did not finish within {}; its channel was closed (its input ends, so the upload or read stops and leaves nothing behind)",
         label(command),
         humantime_secs(limit)
     ))

@@ -234,6 +234,12 @@ pub(crate) fn verify(
             _ => {}
         }
     }
+    if !path.exists() {
+        return Err(Error::permanent(format!(
+            "host key of {peer} cannot be checked: the known_hosts file {} does not exist (the server offered {offered}); create it with the host's key, pin the key in the machine's access.hostKeys, or opt in to accept-new",
+            path.display()
+        )));
+    }
     Err(Error::permanent(format!(
         "host key of {peer} is unknown: {offered}; pin it in the machine's access.hostKeys, add it to {}, or opt in to accept-new{notes}",
         path.display()
@@ -316,16 +322,29 @@ fn verify_cert(
     Ok(())
 }
 
-/// The host-key algorithms to ask the server for: algorithms of keys already known for
-/// this host first (so a server with several host keys presents the one that can be
-/// checked, as OpenSSH does), and host certificates when a CA is trusted for it.
+/// The algorithms to negotiate: russh's defaults (checked against OpenSSH 9's in the
+/// crate documentation) without `ssh-rsa` host-key signatures (SHA-1), which OpenSSH
+/// 8.8 and later refuse too, unless `ssh_rsa_sha1` opts in; host-key algorithms of
+/// keys already known for this host first (so a server with several host keys
+/// presents the one that can be checked, as OpenSSH does), and host certificates when
+/// a CA is trusted for it.
 pub(crate) fn preferred(
     policy: &HostKeyPolicy,
     pins: &[HostKeyPin],
     host: &str,
     port: u16,
+    ssh_rsa_sha1: bool,
 ) -> Result<Preferred> {
     let mut preferred = Preferred::DEFAULT.clone();
+    if !ssh_rsa_sha1 {
+        let keys: Vec<Algorithm> = preferred
+            .key
+            .iter()
+            .filter(|a| !matches!(a, Algorithm::Rsa { hash: None }))
+            .cloned()
+            .collect();
+        preferred.key = keys.into();
+    }
     let known: Vec<Algorithm> = match policy {
         HostKeyPolicy::Insecure => return Ok(preferred),
         _ if !pins.is_empty() => pins
@@ -424,9 +443,96 @@ fn default_known_hosts() -> Result<PathBuf> {
         })
 }
 
+/// The differences from OpenSSH 9's client defaults (`ssh -G`), in the crate
+/// documentation's words; a unit test compares against the installed `ssh`.
+#[cfg(test)]
+pub(crate) mod differences {
+    /// Offered here, not by OpenSSH 9.2's defaults (ML-KEM is OpenSSH 9.9's first
+    /// choice; groups 15 and 17 are RFC 8268's, sound, just not in OpenSSH's list).
+    pub const EXTRA: &[&str] = &[
+        "mlkem768x25519-sha256",
+        "diffie-hellman-group17-sha512",
+        "diffie-hellman-group15-sha512",
+    ];
+    /// OpenSSH's defaults not offered here: what russh lacks (sntrup761, the NIST ECDH
+    /// curves, aes128-gcm, UMAC, security-key host keys), what is weaker (hmac-sha1),
+    /// and host certificates, asked for only when a CA is trusted for the host.
+    pub const MISSING_PREFIXES: &[&str] = &[
+        "sntrup761x25519-sha512",
+        "ecdh-sha2-nistp",
+        "aes128-gcm@openssh.com",
+        "umac-",
+        "hmac-sha1",
+        "sk-",
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn algorithms_are_openssh_9s_defaults_but_the_documented_differences() {
+        let out = std::process::Command::new("ssh")
+            .args(["-G", "-F", "/dev/null", "example.invalid"])
+            .output()
+            .expect("ssh is missing: run scripts/peers/10-openssh.sh (or apt-get install -y openssh-client)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let theirs = |key: &str| -> Vec<String> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{key} ")))
+                .unwrap_or_else(|| panic!("no {key} in ssh -G"))
+                .split(',')
+                .map(str::to_owned)
+                .collect()
+        };
+        let p = preferred(&HostKeyPolicy::Insecure, &[], "h", 22, false).unwrap();
+        let ours: Vec<(&str, Vec<String>)> = vec![
+            (
+                "kexalgorithms",
+                p.kex
+                    .iter()
+                    .map(|k| k.as_ref().to_owned())
+                    .filter(|k| !k.starts_with("ext-info") && !k.starts_with("kex-strict"))
+                    .collect(),
+            ),
+            (
+                "ciphers",
+                p.cipher.iter().map(|c| c.as_ref().to_owned()).collect(),
+            ),
+            (
+                "macs",
+                p.mac.iter().map(|m| m.as_ref().to_owned()).collect(),
+            ),
+            (
+                "hostkeyalgorithms",
+                p.key.iter().map(|k| k.to_string()).collect(),
+            ),
+        ];
+        for (key, ours) in ours {
+            let theirs = theirs(key);
+            for a in &ours {
+                assert!(
+                    theirs.contains(a) || differences::EXTRA.contains(&a.as_str()),
+                    "{key}: {a} is offered here, not by OpenSSH, and not documented"
+                );
+            }
+            for a in &theirs {
+                let documented = differences::MISSING_PREFIXES
+                    .iter()
+                    .any(|m| a.starts_with(m))
+                    || (key == "hostkeyalgorithms" && a.contains("-cert-v01@openssh.com"));
+                assert!(
+                    ours.contains(a) || documented,
+                    "{key}: OpenSSH offers {a}, this crate does not, and it is not documented"
+                );
+            }
+        }
+        let keys = |p: &Preferred| p.key.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+        assert!(!keys(&p).contains(&"ssh-rsa".to_owned()));
+        let opted = preferred(&HostKeyPolicy::Insecure, &[], "h", 22, true).unwrap();
+        assert!(keys(&opted).contains(&"ssh-rsa".to_owned()));
+    }
 
     const KEY: &str =
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD7y3aLq454yWBdwLWbieU1ebz9/cu7/QEXn9OIeZJ test";

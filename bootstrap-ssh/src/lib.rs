@@ -12,8 +12,62 @@
 //! opt-ins. Connects are retried while the machine may still be booting (refused, reset,
 //! timed out) and fail at once on a host-key mismatch or failed authentication.
 //!
+//! Every command runs under a supervisor on the machine that owns it (see "Commands on
+//! the machine" below): a timeout kills its whole
+//! process group and says what it killed, a cut connection leaves it running, and the
+//! same command again on the same machine (a retry, a rerun of the step) waits for it or
+//! takes over its outcome instead of starting it twice.
+//!
 //! The SSH protocol is russh's (pure Rust, aws-lc-rs crypto), kept behind this crate's
 //! own types.
+//!
+//! # Commands on the machine
+//!
+//! A small POSIX sh supervisor is sent with every command (coreutils or busybox, no
+//! GNU-only flag) and outlives the SSH session:
+//!
+//! - **Run directory**: `/run/bootstrap-ssh` for root (and sudo), else
+//!   `/tmp/bootstrap-ssh-<user>` (or [`SshConfig::with_run_dir`]); mode 0700,
+//!   owned by that user, refused when it is a link or another user's. Nothing is
+//!   executed from it, so a `noexec` mount is fine.
+//! - **Run key**: a run is named by a hash of the target (`host:port`), the command and
+//!   the names of its environment variables. That is a step's identity: the same
+//!   command again on the same machine is the same step.
+//! - **Records**: `<key>.run` (the supervisor's pid, start time, boot id, process group
+//!   and the client's clock at the start; created with noclobber, so of two supervisors
+//!   of one key exactly one runs the command), `<key>.out` / `<key>.err` (the last
+//!   `max_output` bytes of each stream, through `tail -c`: bounded whatever the command
+//!   prints, and a full disk fails the log, never the command), `<key>.rc` (its exit
+//!   status, written over a placeholder) and `<key>.st` (the end, an empty file: a disk
+//!   the logs filled cannot lose the outcome).
+//! - **A cut connection** leaves the command running (its input is /dev/null, its
+//!   output goes to the logs, never to the session). The records stay until a client
+//!   has read the outcome: the next run of the same key (the composer's and the
+//!   runner's retries, or any rerun of the step) waits for a live run, or takes over
+//!   the outcome of a finished one (finished in this boot, started less than an hour
+//!   ago by the client's clock), instead of starting another.
+//! - **A timeout** kills the run's whole process group by the recorded id, from a new
+//!   channel, checks in `/proc` that none of it is left, and says what it killed (or
+//!   what still runs). SSH signal requests are not used: sshd refuses them for root.
+//!   The process group is the session sshd made for the command's channel (sshd
+//!   starts every command with `setsid`); POSIX sh cannot make a new one portably
+//!   (`set -m` needs a terminal in dash and busybox), so the supervisor is killed with
+//!   its command and the killer removes the records.
+//! - **A restart of the machine** (boot id changed, `/run` emptied) or a supervisor
+//!   killed by someone else (its pid gone or reused: start time changed) leaves a run
+//!   without an outcome: the next run of the key runs the command again (a client
+//!   that was waiting for that run reports it lost instead).
+//!
+//! # Algorithms, against OpenSSH 9's client defaults
+//!
+//! | | bootstrap-ssh | differences from OpenSSH 9 (`ssh -G`) |
+//! |---|---|---|
+//! | key exchange | mlkem768x25519-sha256, curve25519-sha256 (and @libssh.org), diffie-hellman-group-exchange-sha256, diffie-hellman-group18/17/16/15-sha512, diffie-hellman-group14-sha256 | no sntrup761x25519-sha512 and no ecdh-sha2-nistp256/384/521 (russh has neither); ML-KEM is OpenSSH 9.9's first choice; groups 17 and 15 (RFC 8268) are extra |
+//! | ciphers | chacha20-poly1305, aes256-gcm, aes256/192/128-ctr | no aes128-gcm |
+//! | MACs | hmac-sha2-512-etm, hmac-sha2-256-etm, hmac-sha2-512, hmac-sha2-256 | no UMAC, no hmac-sha1 (stricter) |
+//! | host keys | ssh-ed25519, ecdsa-sha2-nistp256/384/521, rsa-sha2-512, rsa-sha2-256 | no `ssh-rsa` (SHA-1) unless [`SshConfig::with_ssh_rsa_sha1`], as OpenSSH 8.8+; certificates only when a `@cert-authority` line names the host; no security-key (`sk-`) host keys |
+//!
+//! RSA user keys sign with SHA-2 (SHA-1 only with the same opt-in).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -43,6 +97,8 @@ mod hostkeys;
 mod known_hosts;
 pub mod os;
 mod runner;
+mod supervisor;
+mod text;
 mod upload;
 
 pub use auth::Auth;

@@ -244,3 +244,61 @@ fn the_insecure_policy_says_so_once_on_stderr() {
         "one notice for two connections: {stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_offering_only_ssh_rsa_sha1_is_refused_unless_opted_in() {
+    // Its genuine RSA key is on record: only the SHA-1 signature is the problem, and
+    // OpenSSH 8.8 and later refuse it ("no matching host key type found").
+    let sshd = Sshd::with(SshdOptions {
+        extra: "HostKeyAlgorithms ssh-rsa",
+        more_host_keys: vec!["rsa"],
+        ..SshdOptions::default()
+    });
+    let kh = sshd.dir.path().join("known_hosts");
+    std::fs::write(
+        &kh,
+        format!(
+            "[127.0.0.1]:{} {}\n",
+            sshd.port,
+            key_of(&sshd.more_host_key_pubs[0])
+        ),
+    )
+    .unwrap();
+    let e = runs(&verify_with(&sshd, &kh), &sshd.target())
+        .await
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("ssh-rsa") && msg.contains("SHA-1") && msg.contains("with_ssh_rsa_sha1"),
+        "{msg}"
+    );
+    assert!(!e.is_retryable(), "{e}");
+    // The same key pinned: refused too.
+    let pin = HostKeyPin::parse("pin", &sshd.more_host_key_pubs[0]).unwrap();
+    let e = SshClient::connect(&sshd.config(), &sshd.target(), std::slice::from_ref(&pin))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("ssh-rsa"), "{e}");
+    // Opted in, loudly: accepted.
+    runs(
+        &verify_with(&sshd, &kh).with_ssh_rsa_sha1(true),
+        &sshd.target(),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_known_hosts_file_is_named_as_missing() {
+    let sshd = Sshd::start();
+    let kh = sshd.dir.path().join("no-such-known_hosts");
+    let e = runs(&verify_with(&sshd, &kh), &sshd.target())
+        .await
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("does not exist") && msg.contains(kh.to_str().unwrap()),
+        "{msg}"
+    );
+    assert!(!msg.contains("is unknown"), "{msg}");
+}

@@ -83,6 +83,27 @@ async fn output_is_logged_line_by_line_boundedly_secrets_never_and_insecure_alwa
         "a warning on every insecure connection: {logs}"
     );
 
+    // Control characters from the machine (ESC, BEL, CR) are escaped in errors and in
+    // the log, as OpenSSH shows them: a terminal would act on them.
+    let e = c
+        .run(&ExecRequest::new(
+            r"printf 'bad\033[31mred\a\rover\tok\n' >&2; printf 'out\033]0;title\a\n'; exit 2",
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("bad\\x1b[31mred\\x07\\x0dover\tok"),
+        "escaped: {e:?}"
+    );
+    assert!(!e.contains(['\x1b', '\x07', '\r']), "{e:?}");
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("out\\x1b]0;title\\x07"), "{logs}");
+    assert!(
+        !logs.contains(['\x1b', '\x07', '\r']),
+        "raw control characters in the log"
+    );
+
     // 100 MB of short lines: the log gets a bounded share and a summary, not 100 MB.
     let before = captured.0.lock().unwrap().len();
     let mut flood = ExecRequest::new("yes 0123456789abcdef | head -c 100000000");
@@ -92,9 +113,9 @@ async fn output_is_logged_line_by_line_boundedly_secrets_never_and_insecure_alwa
     let grown = captured.0.lock().unwrap().len() - before;
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert!(grown < 64 * 1024, "{grown} bytes of log for one command");
+    // The machine's log keeps the last max_output bytes: only they cross the link.
     assert!(
-        logs.contains("more lines (99998300 bytes) not logged")
-            && logs.contains("stdout_bytes=100000000"),
+        logs[before..].contains(" bytes) not logged") && logs.contains("stdout_bytes=1048576"),
         "a summary of the rest: {}",
         &logs[before..]
     );

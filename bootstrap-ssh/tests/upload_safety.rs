@@ -175,3 +175,109 @@ async fn a_user_owning_the_directory_cannot_redirect_root_uploads() {
     assert!(swapped > 0, "the racer never caught an upload");
     victim.assert_untouched("after the race");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_directory_link_on_the_path_cannot_redirect_a_root_upload() {
+    let user = TempUser::new("unused-password");
+    let victim = Victim::new();
+    let victim_dir = victim.path.parent().unwrap().to_path_buf();
+    let sshd = Sshd::start();
+    let c = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let theirs = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(theirs.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    support::run("chown", &[&user.name, theirs.path().to_str().unwrap()]);
+    // `<dir>/app -> <root-only directory>`, planted by the user who owns <dir>.
+    user.sh(&format!(
+        "ln -s {} {}/app",
+        victim_dir.display(),
+        theirs.path().display()
+    ));
+    let target = theirs.path().join("app/payload.bin");
+    let e = c
+        .upload(&FileUpload::new(target.to_str().unwrap(), b"root's\n".to_vec()).mode(0o600))
+        .await
+        .unwrap_err();
+    let msg = e.to_string();
+    let link = theirs.path().join("app");
+    assert!(
+        msg.contains(&format!(
+            "{} is a symbolic link owned by {}",
+            link.display(),
+            user.name
+        )),
+        "names the link and its owner: {msg}"
+    );
+    assert!(
+        !victim_dir.join("payload.bin").exists(),
+        "the upload landed in the link's target"
+    );
+    victim.assert_untouched("link on the path");
+    // Deeper on the path, and through a link made mid-path: refused the same way.
+    std::fs::create_dir(theirs.path().join("real")).unwrap();
+    support::run(
+        "chown",
+        &[&user.name, theirs.path().join("real").to_str().unwrap()],
+    );
+    user.sh(&format!(
+        "ln -s {} {}/real/deeper",
+        victim_dir.display(),
+        theirs.path().display()
+    ));
+    let e = c
+        .upload(&FileUpload::new(
+            theirs
+                .path()
+                .join("real/deeper/x/payload.bin")
+                .to_str()
+                .unwrap(),
+            b"root's\n".to_vec(),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("real/deeper is a symbolic link owned by"),
+        "{e}"
+    );
+    assert!(!victim_dir.join("x").exists());
+    // A link that root owns is followed (/var/run -> /run on most systems).
+    let ok_dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(ok_dir.path(), theirs.path().join("by-root")).unwrap();
+    std::os::unix::fs::lchown(theirs.path().join("by-root"), Some(0), Some(0)).unwrap();
+    c.upload(&FileUpload::new(
+        theirs.path().join("by-root/payload.bin").to_str().unwrap(),
+        b"fine\n".to_vec(),
+    ))
+    .await
+    .unwrap();
+    check_landed(&ok_dir.path().join("payload.bin"), b"fine\n", 0o644);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_login_users_own_links_are_followed_for_its_uploads() {
+    let user = TempUser::new("unused-password");
+    let sshd = Sshd::start();
+    let target = bootstrap_ssh::SshTarget::new("127.0.0.1", sshd.port, user.name.clone()).unwrap();
+    let c = SshClient::connect(&sshd.config(), &target, &sshd.pins())
+        .await
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(home.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    support::run("chown", &[&user.name, home.path().to_str().unwrap()]);
+    user.sh(&format!(
+        "mkdir {h}/real && ln -s {h}/real {h}/link",
+        h = home.path().display()
+    ));
+    c.upload(&FileUpload::new(
+        home.path().join("link/f").to_str().unwrap(),
+        b"mine\n".to_vec(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read(home.path().join("real/f")).unwrap(),
+        b"mine\n"
+    );
+}

@@ -252,12 +252,21 @@ impl ExecOutput {
     }
 
     /// `Ok(self)` on success; otherwise a permanent error carrying the command, the
-    /// status and the last lines of stderr.
+    /// status and the last lines of stderr, its control characters but newline and tab
+    /// escaped (`\x1b`): they came from the machine, and a terminal would act on them.
     pub fn check(self, command: &str) -> Result<Self> {
         if self.success() {
             return Ok(self);
         }
-        let stderr = String::from_utf8_lossy(&self.stderr);
+        let stderr: String = String::from_utf8_lossy(&self.stderr)
+            .chars()
+            .map(|c| match c {
+                '\n' | '\t' => c.to_string(),
+                c if c.is_control() && u32::from(c) <= 0xff => format!("\\x{:02x}", u32::from(c)),
+                c if c.is_control() => format!("\\u{{{:x}}}", u32::from(c)),
+                c => c.to_string(),
+            })
+            .collect();
         let tail: Vec<&str> = stderr.lines().rev().take(10).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         let status = self.status.map_or_else(
@@ -416,5 +425,9 @@ mod tests {
         assert!(msg.contains("apt-get install nope"), "{msg}");
         assert!(msg.contains("status 3"), "{msg}");
         assert!(msg.contains("E: no such package"), "{msg}");
+        let out = ExecOutput::new(Some(1), vec![], b"\x1b[2Jwiped\x07\r\tok\n".to_vec());
+        let msg = out.check("x").unwrap_err().to_string();
+        assert!(msg.contains("\\x1b[2Jwiped\\x07\\x0d\tok"), "{msg}");
+        assert!(!msg.contains(['\x1b', '\x07', '\r']), "{msg}");
     }
 }

@@ -2,7 +2,8 @@
 # Installs the SSH peers of bootstrap-ssh's tests: Debian's openssh-server (sshd, which
 # the tests start themselves on free ports and in network namespaces), openssh-client
 # (ssh-keygen for host and user keys, ssh for the benchmark), iproute2 (ip netns) and
-# sudo (the tests run commands through `sudo -n`).
+# sudo (the tests run commands through `sudo -n`), busybox (the command supervisor is
+# tested under busybox's sh and applets too).
 # With WITH_BENCH_PEERS=1 it also installs ansible-core into a venv under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/machine-provisioning/ansible, for the bench_ssh example,
 # and the ansible package (its collections) for bench_recipes_ansible.
@@ -14,6 +15,7 @@ need=()
 command -v ssh-keygen >/dev/null 2>&1 && command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v sudo >/dev/null 2>&1 || need+=(sudo)
+command -v busybox >/dev/null 2>&1 || need+=(busybox)
 if [ "${WITH_BENCH_PEERS:-0}" = 1 ]; then
   python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 fi

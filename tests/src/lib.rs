@@ -192,6 +192,20 @@ impl ClientKey {
         ))
     }
 
+    /// [`ClientKey::connector`] with its config passed through `f` first (a quicker
+    /// keepalive, say).
+    ///
+    /// # Panics
+    /// When the key cannot be read back.
+    pub fn connector_with(&self, f: impl FnOnce(SshConfig) -> SshConfig) -> Arc<SshConnector> {
+        let auth = Auth::key_file(self.dir.path().join("id_ed25519"), None).expect("client key");
+        Arc::new(SshConnector::new(f(SshConfig::new(vec![auth])
+            .with_host_keys(HostKeyPolicy::Verify {
+                known_hosts: Some(self.dir.path().join("known_hosts")),
+            })
+            .with_connect_timeout(Duration::from_secs(20)))))
+    }
+
     /// SSH access as `user` with this key.
     pub fn access(&self, user: &str) -> SshAccess {
         SshAccess {

@@ -1,7 +1,8 @@
 //! Recording stand-ins for the programs a Kubernetes node layer calls and this host
 //! cannot run for real (no network, no package archive, no cluster): each appends
 //! `name args` to [`CALLS`]; `kubeadm` also keeps a copy of the `--config` file it was
-//! given and leaves the kubelet's credentials as a real init or join would. A stub
+//! given and leaves the kubelet's credentials as a real init or join would (and a line
+//! in `/var/log/kubeadm.joined`), after `/etc/kubeadm-stub-pre` seconds if set. A stub
 //! fails when the file `/etc/stub-fail-<tool>` exists.
 #![allow(dead_code)]
 
@@ -33,7 +34,7 @@ fn stub(tool: &str) -> String {
         // Nothing is installed: the decoupled path's `rpm -q` checks see no package.
         "rpm" => s.push_str("case \"$1\" in -q*) exit 1 ;; esac\n"),
         "kubeadm" => s.push_str(
-            "n=$(grep -c '^kubeadm ' /var/log/stub.calls)\nprev=\nfor a in \"$@\"; do [ \"$prev\" = --config ] && cp \"$a\" /var/log/kubeadm.config.$n; prev=$a; done\nmkdir -p /etc/kubernetes && echo stub > /etc/kubernetes/kubelet.conf\n# A test may hold kubeadm after it joined, to cut the link before the step is recorded.\nsleep \"$(cat /etc/kubeadm-stub-sleep 2>/dev/null || echo 0)\"\n",
+            "echo '[preflight] Running pre-flight checks'\n# A test may make the join itself take a while, to cut the link in the middle of it.\nsleep \"$(cat /etc/kubeadm-stub-pre 2>/dev/null || echo 0)\"\n# It prints as it goes, as kubeadm does: a broken output kills it.\necho '[kubelet-start] Writing kubelet configuration'\nn=$(grep -c '^kubeadm ' /var/log/stub.calls)\nprev=\nfor a in \"$@\"; do [ \"$prev\" = --config ] && cp \"$a\" /var/log/kubeadm.config.$n; prev=$a; done\nmkdir -p /etc/kubernetes && echo stub > /etc/kubernetes/kubelet.conf\necho joined >> /var/log/kubeadm.joined\n# A test may hold kubeadm after it joined, to cut the link before the step is recorded.\nsleep \"$(cat /etc/kubeadm-stub-sleep 2>/dev/null || echo 0)\"\n",
         ),
         _ => {}
     }

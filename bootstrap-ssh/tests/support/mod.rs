@@ -113,6 +113,8 @@ pub struct SshdOptions<'a> {
     /// Mount a private tmpfs here for this sshd and its sessions, so hosts sharing the
     /// filesystem each have their own copy of this directory.
     pub private_dir: Option<PathBuf>,
+    /// Mount options of that tmpfs (`size=64k,noexec`).
+    pub private_dir_options: &'a str,
     /// More host keys of these types (`ecdsa`, `rsa`), offered after the ed25519 one.
     pub more_host_keys: Vec<&'a str>,
     /// Sign the ed25519 host key with this CA private key for these principals
@@ -130,6 +132,7 @@ impl Default for SshdOptions<'_> {
             wait: true,
             delay: None,
             private_dir: None,
+            private_dir_options: "",
             more_host_keys: Vec::new(),
             host_cert: None,
         }
@@ -238,7 +241,12 @@ impl Sshd {
         if let Some(p) = &opts.private_dir {
             std::fs::create_dir_all(p).unwrap();
             argv.extend(["unshare", "-m", "--propagation", "private"].map(String::from));
-            script.push_str(&format!("mount -t tmpfs bssh {} && ", p.display()));
+            let options = if opts.private_dir_options.is_empty() {
+                String::new()
+            } else {
+                format!("-o {} ", opts.private_dir_options)
+            };
+            script.push_str(&format!("mount -t tmpfs {options}bssh {} && ", p.display()));
         }
         if !script.is_empty() {
             script.push_str("exec \"$@\"");
@@ -572,4 +580,27 @@ impl Drop for TempUser {
         }
         eprintln!("could not remove test user {}", self.name);
     }
+}
+
+/// The PIDs of live (not zombie) processes whose command line holds `marker`.
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, r)| r.starts_with('Z'));
+        if !zombie
+            && String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains(marker)
+        {
+            found.push(pid);
+        }
+    }
+    found
 }

@@ -1,0 +1,417 @@
+//! The supervisor that owns every command on the machine, against real sshd: a timeout
+//! kills the whole process group (as root, where sshd refuses signal requests, and as
+//! another user), a cut connection leaves the command running and the rerun takes its
+//! outcome, a second client of the same command waits for the first run, and the
+//! supervisor's own failure modes: a full disk, a noexec /tmp, a restarted machine
+//! (boot id changed) and a reused pid.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bootstrap_ssh::{SshClient, SshTarget};
+use machine_core::{ErrorKind, ExecRequest, Transport};
+use support::{Netns, Sshd, SshdOptions, TempUser, processes_with};
+
+/// Waits until no process with `marker` in its command line is left, for at most 10 s.
+fn assert_all_gone(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after the timeout: {left:?} ({marker})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A command whose group holds a background child and a foreground one, both marked.
+fn two_sleepers(marker: &str) -> String {
+    format!("sh -c 'sleep 318 & sleep 317; :' {marker}-a & sh -c 'sleep 317; :' {marker}-b; wait")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_as_root_kills_the_whole_process_group() {
+    let sshd = Sshd::start();
+    let c = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let marker = format!("bssh-root-{}", support::unique());
+    let e = c
+        .exec(&ExecRequest::new(two_sleepers(&marker)).timeout(Duration::from_secs(3)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("was killed with SIGKILL") && msg.contains("none is left"),
+        "{msg}"
+    );
+    assert!(msg.contains("sleep"), "names what it killed: {msg}");
+    assert_all_gone(&marker);
+    // The connection is still good, and the same command runs anew.
+    let out = c
+        .exec(&ExecRequest::new(format!("echo {marker}")))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, format!("{marker}\n").into_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_as_another_user_kills_the_whole_process_group() {
+    let user = TempUser::new("unused-password");
+    let sshd = Sshd::start();
+    let target = SshTarget::new("127.0.0.1", sshd.port, user.name.clone()).unwrap();
+    let c = SshClient::connect(&sshd.config(), &target, &sshd.pins())
+        .await
+        .unwrap();
+    let marker = format!("bssh-user-{}", support::unique());
+    let e = c
+        .exec(&ExecRequest::new(two_sleepers(&marker)).timeout(Duration::from_secs(3)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.to_string().contains("none is left"), "{e}");
+    assert_all_gone(&marker);
+    let dir = format!("/tmp/bootstrap-ssh-{}", user.name);
+    let meta = std::fs::symlink_metadata(&dir).unwrap();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{dir}");
+    assert_ne!(meta.uid(), 0, "{dir} is the user's");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_leaves_the_command_running_and_the_rerun_takes_its_outcome() {
+    let net = Netns::new(1);
+    let sshd = net.sshd(0);
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    let started = d.path().join("started");
+    let cmd = format!(
+        "echo start; touch {s}; sleep 4; echo ran >> {n}; echo finished",
+        s = started.display(),
+        n = count.display()
+    );
+    let target = SshTarget::new(net.addrs[0].clone(), 22, "root").unwrap();
+    let config = sshd.config();
+    let c = SshClient::connect(&config, &target, &sshd.pins())
+        .await
+        .unwrap();
+    let first = {
+        let cmd = cmd.clone();
+        tokio::spawn(async move { c.exec(&ExecRequest::new(cmd)).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    net.link(0, false);
+    let e = tokio::time::timeout(Duration::from_secs(20), first)
+        .await
+        .expect("the cut is noticed by keepalive")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.is_retryable(), "a cut is transient: {e}");
+    assert!(e.to_string().contains("goes on on the machine"), "{e}");
+    net.link(0, true);
+    let c = SshClient::connect(&config, &target, &sshd.pins())
+        .await
+        .unwrap();
+    let out = c.exec(&ExecRequest::new(cmd.clone())).await.unwrap();
+    assert_eq!(out.status, Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "start\nfinished\n");
+    assert_eq!(
+        std::fs::read_to_string(&count).unwrap(),
+        "ran\n",
+        "ran once"
+    );
+    // Collected: the next run of the command is a new run.
+    c.exec(&ExecRequest::new(cmd)).await.unwrap();
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\nran\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_client_of_a_running_command_waits_for_it() {
+    let sshd = Sshd::start();
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    let cmd = format!(
+        "sleep 2; echo ran >> {n}; echo out; echo err >&2; exit 4",
+        n = count.display()
+    );
+    let a = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let b = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let req = ExecRequest::new(cmd);
+    let first = a.exec(&req);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        b.exec(&req).await
+    };
+    let (x, y) = tokio::join!(first, second);
+    let (x, y) = (x.unwrap(), y.unwrap());
+    for out in [&x, &y] {
+        assert_eq!(out.status, Some(4));
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
+    }
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n", "one run");
+}
+
+/// Runs `cmd` (which takes a while) and returns its run key: the name of its record
+/// while it runs in `dir`.
+async fn key_of(c: &SshClient, dir: &Path, cmd: &str) -> String {
+    let req = ExecRequest::new(cmd);
+    let run = c.exec(&req);
+    let look = async {
+        loop {
+            let found = std::fs::read_dir(dir).ok().and_then(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .find(|n| n.ends_with(".run"))
+            });
+            if let Some(n) = found {
+                return n.trim_end_matches(".run").to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (out, key) = tokio::join!(run, look);
+    out.unwrap();
+    // Collected: the supervisor removes the records right after the client's word.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dir.join(format!("{key}.run")).exists() {
+        assert!(Instant::now() < deadline, "records of {key} left");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    key
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join("runs");
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let c = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    let cmd = format!("sleep 1; echo ran >> {}; echo out", count.display());
+    let key = key_of(&c, &dir, &cmd).await;
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n");
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let mut live = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", live.id())).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    let start = fields[19];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let record = dir.join(format!("{key}.run"));
+    // A reused pid: the recorded supervisor's pid now belongs to another process
+    // (another start time). The rerun must not wait for that process.
+    std::fs::write(
+        &record,
+        format!("{} 1 {} {} {now}\n", live.id(), boot.trim(), live.id()),
+    )
+    .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(20), c.exec(&ExecRequest::new(&cmd)))
+        .await
+        .expect("a rerun does not wait for a reused pid")
+        .unwrap();
+    assert_eq!(out.stdout, b"out\n");
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\nran\n");
+    // A restarted machine: the record's process is alive with its start time, but the
+    // boot id differs (a pid of the previous boot).
+    std::fs::write(
+        &record,
+        format!(
+            "{} {start} 00000000-0000-0000-0000-000000000000 {} {now}\n",
+            live.id(),
+            live.id()
+        ),
+    )
+    .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(20), c.exec(&ExecRequest::new(&cmd)))
+        .await
+        .expect("a rerun does not wait for a run of another boot")
+        .unwrap();
+    assert_eq!(out.stdout, b"out\n");
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\nran\nran\n");
+    // The run directory gone (a restart emptied /run): made again, the command runs.
+    std::fs::remove_dir_all(&dir).unwrap();
+    c.exec(&ExecRequest::new(&cmd)).await.unwrap();
+    assert_eq!(count_lines(&count), 4);
+    let _ = live.kill();
+    let _ = live.wait();
+}
+
+fn count_lines(p: &Path) -> usize {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_to_start_and_never_fails_the_commands_writes() {
+    let tiny = std::env::temp_dir().join(format!("bssh-tiny-{}", support::unique()));
+    let sshd = Sshd::with(SshdOptions {
+        private_dir: Some(tiny.clone()),
+        private_dir_options: "size=64k",
+        ..SshdOptions::default()
+    });
+    let plain = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let runs = tiny.join("runs");
+    let config = sshd.config().with_run_dir(runs.to_str().unwrap());
+    let c = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let marker = d.path().join("ran");
+
+    // Room for the records, not for the output: the log is cut, the command's own
+    // writes never fail, and its status comes back.
+    let out = c
+        .exec(&ExecRequest::new(format!(
+            "i=0; while [ $i -lt 2000 ]; do echo 0123456789012345678901234567890123456789012345678901234567890123456789 || exit 9; i=$((i+1)); done; touch {}",
+            marker.display()
+        )))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status,
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker.exists(), "the command ran to its end");
+
+    // The disk full before the start: refused, saying why, and the command not run.
+    plain
+        .exec(&ExecRequest::new(format!(
+            "head -c 1000000 /dev/zero > {}/fill; true",
+            tiny.display()
+        )))
+        .await
+        .unwrap();
+    std::fs::remove_file(&marker).unwrap();
+    let e = c
+        .exec(&ExecRequest::new(format!("touch {}", marker.display())))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Permanent, "{e}");
+    assert!(
+        e.to_string().contains("cannot record the run")
+            && e.to_string().contains(runs.to_str().unwrap()),
+        "{e}"
+    );
+    assert!(!marker.exists(), "not run without its records");
+    plain
+        .exec(&ExecRequest::new(format!("rm {}/fill", tiny.display())))
+        .await
+        .unwrap();
+    c.exec(&ExecRequest::new(format!("touch {}", marker.display())))
+        .await
+        .unwrap();
+    assert!(marker.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_noexec_tmp_is_fine_for_another_user() {
+    let user = TempUser::new("unused-password");
+    let noexec = std::env::temp_dir().join(format!("bssh-noexec-{}", support::unique()));
+    let sshd = Sshd::with(SshdOptions {
+        private_dir: Some(noexec.clone()),
+        private_dir_options: "mode=1777,noexec",
+        ..SshdOptions::default()
+    });
+    let target = SshTarget::new("127.0.0.1", sshd.port, user.name.clone()).unwrap();
+    let config = sshd
+        .config()
+        .with_run_dir(noexec.join("runs").to_str().unwrap());
+    let c = SshClient::connect(&config, &target, &sshd.pins())
+        .await
+        .unwrap();
+    let out = c.exec(&ExecRequest::new("id -un")).await.unwrap();
+    assert_eq!(out.stdout, format!("{}\n", user.name).into_bytes());
+    // It is noexec indeed: a script there cannot be run.
+    let out = c
+        .exec(&ExecRequest::new(format!(
+            "printf '#!/bin/sh\\necho x\\n' > {d}/s; chmod +x {d}/s; {d}/s",
+            d = noexec.display()
+        )))
+        .await
+        .unwrap();
+    assert_ne!(out.status, Some(0), "the mount is noexec");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_supervisor_runs_on_busybox_sh_and_applets() {
+    support::need("busybox", "busybox");
+    let applets = tempfile::tempdir().unwrap();
+    support::run(
+        "busybox",
+        &["--install", "-s", applets.path().to_str().unwrap()],
+    );
+    // Nothing but busybox on the session's PATH: sh, tail, cat, rm, mkdir, sleep.
+    let extra = format!("SetEnv PATH={} SHLVL=1", applets.path().display());
+    let sshd = Sshd::with(SshdOptions {
+        extra: &extra,
+        ..SshdOptions::default()
+    });
+    let c = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let out = c
+        .exec(
+            &ExecRequest::new(
+                "readlink -f \"$(command -v sh)\"; echo \"$TOKEN\"; echo oops >&2; exit 5",
+            )
+            .env("TOKEN", machine_core::SecretString::from("s3 'cr' $(et)")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, Some(5));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "/usr/bin/busybox\ns3 'cr' $(et)\n"
+    );
+    assert_eq!(out.stderr, b"oops\n");
+    let out = c
+        .exec(
+            &ExecRequest::new("i=0; while [ $i -lt 5000 ]; do echo line-$i; i=$((i+1)); done")
+                .max_output(12),
+        )
+        .await
+        .unwrap();
+    let full: String = (0..5000).map(|i| format!("line-{i}\n")).collect();
+    assert_eq!(out.stdout, full.as_bytes()[full.len() - 12..]);
+    assert!(out.truncated);
+    let marker = format!("bssh-bb-{}", support::unique());
+    let e = c
+        .exec(&ExecRequest::new(two_sleepers(&marker)).timeout(Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("none is left"), "{e}");
+    assert_all_gone(&marker);
+}
