@@ -264,7 +264,7 @@ impl FaultHook for BmcFaults {
             ),
             // 429 and 503 with Retry-After in turn: BMCs say "slow down" both ways.
             BackendFault::Throttle => Answer::Status(
-                if n % 2 == 0 { 429 } else { 503 },
+                if n.is_multiple_of(2) { 429 } else { 503 },
                 vec![("retry-after", "1".to_owned())],
                 redfish_error(
                     "ServiceTemporarilyUnavailable",

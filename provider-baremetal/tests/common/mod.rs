@@ -84,3 +84,57 @@ pub async fn provider_of(yaml: &str) -> Arc<RedfishProvider> {
             .expect("provider"),
     )
 }
+
+/// A Redfish client straight to sushy, to look at what the provider did.
+pub fn raw_client(sushy: &Sushy) -> provider_baremetal::redfish::RedfishClient {
+    provider_baremetal::redfish::RedfishClient::new(
+        provider_http::HttpClient::new(&HttpSettings::default()).unwrap(),
+        sushy.endpoint.parse().unwrap(),
+        provider_baremetal::redfish::BmcCredentials::new(
+            "admin",
+            machine_core::SecretString::from("pw"),
+        ),
+    )
+}
+
+/// The NoCloud seed the provider makes for machine `name` with `user_data`.
+pub fn seed_of(name: &str, user_data: &[u8]) -> Vec<u8> {
+    let meta = format!("instance-id: {name}\nlocal-hostname: {name}\n");
+    provider_baremetal::redfish::seed_iso::Seed {
+        user_data,
+        meta_data: meta.as_bytes(),
+        network_config: None,
+    }
+    .to_iso()
+    .unwrap()
+}
+
+/// Polls `id` on `p` until its phase is `want` (panicking on any other phase than
+/// `passing`), within `within`.
+pub async fn wait_phase(
+    p: &dyn machine_core::MachineProvisioner,
+    id: &machine_core::ProviderId,
+    want: machine_core::Phase,
+    passing: &[machine_core::Phase],
+    within: std::time::Duration,
+) -> machine_core::Machine {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let m = p.get(id).await.expect("get");
+        if m.phase == want {
+            return m;
+        }
+        assert!(
+            passing.contains(&m.phase),
+            "{id} is {} on its way to {want}: {:?}",
+            m.phase,
+            m.failure
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{id} still {} after {within:?}, not {want}",
+            m.phase
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
