@@ -360,6 +360,39 @@ mod tests {
     }
 
     #[test]
+    fn sizes_addresses_and_the_power_on_grace_are_read_and_checked() {
+        let c = RedfishPoolConfig::from_yaml(&format!(
+            "powerOnGrace: 90s\n{GOOD}    size: gpu-large\n    address: 10.0.0.21\n    sshUser: debian\n"
+        ))
+        .unwrap();
+        let s = &c.servers[0];
+        assert_eq!(s.size.as_deref(), Some("gpu-large"));
+        assert_eq!(s.address.as_deref(), Some("10.0.0.21"));
+        assert_eq!((s.ssh_port, s.ssh_user.as_str()), (22, "debian"));
+        assert_eq!(c.power_on_grace, Duration::from_secs(90));
+        let d = RedfishPoolConfig::from_yaml(GOOD).unwrap();
+        assert_eq!(d.power_on_grace, Duration::from_secs(60));
+        assert_eq!(
+            (d.servers[0].size.as_ref(), d.servers[0].ssh_user.as_str()),
+            (None, "root")
+        );
+        for (extra, field) in [
+            ("    size: a b\n", "servers[0].size"),
+            ("    size: ''\n", "servers[0].size"),
+            ("    address: -oProxyCommand=x\n", "servers[0].address"),
+            ("    address: a/b\n", "servers[0].address"),
+            ("    sshUser: 'r oot'\n", "servers[0].sshUser"),
+        ] {
+            let e = err(&format!("{GOOD}{extra}"));
+            assert_eq!(e.field(), Some(field), "{extra}: {e}");
+        }
+        let e = err(&format!("powerOnGrace: 0s\n{GOOD}"));
+        assert_eq!(e.field(), Some("powerOnGrace"), "{e}");
+        let e = err(&format!("owner: {}\n{GOOD}", "o".repeat(129)));
+        assert_eq!(e.field(), Some("owner"), "{e}");
+    }
+
+    #[test]
     fn bad_pools_name_the_field_and_line() {
         let e = err(&GOOD.replace("systemId", "sistemId"));
         assert!(e.to_string().contains("sistemId"), "{e}");

@@ -13,7 +13,9 @@
 //!   server for a name: replicas creating one name all get the one server its holder
 //!   claimed. Its holder touches it every [`HEARTBEAT`]; a lease untouched for
 //!   [`LEASE_TTL`] belongs to a dead process (kill -9) and is taken over. A holder whose
-//!   create future is dropped removes it at once.
+//!   create future is dropped removes it at once. Staleness is the file's modification
+//!   time against this host's clock: controllers sharing the directory need clocks
+//!   within a few seconds of each other (NTP).
 //! - `.<server>.released`: touched when a server is released. Free servers are offered
 //!   least recently released first, so a name deleted and created again lands on
 //!   another server (another provider ID) while the pool has one, and a server just

@@ -323,10 +323,15 @@ impl RedfishProvider {
             }
             Verdict::AskAgain => {
                 tracing::warn!(server = %server, machine = %claim.name, "the BMC accepted a power-on but still shows the server off: asking again");
+                // Sent, then recorded: a request that fails is asked again at the next
+                // look, and one sent by a process that dies before recording it is
+                // merely sent twice (a BMC takes On for a server coming on).
+                self.reset(i, system, "On").await?;
                 claim.power_on_asked = Some(unix_now());
                 claim.power_on_asks += 1;
-                self.claims.update(server, &claim)?;
-                self.reset(i, system, "On").await?;
+                if let Err(e) = self.claims.update(server, &claim) {
+                    tracing::warn!(server = %server, error = %e, "could not record the power-on asked again");
+                }
                 Ok(self.machine(i, &claim, Phase::Provisioning))
             }
             Verdict::Ignored => {
@@ -877,7 +882,10 @@ impl MachineProvisioner for RedfishProvider {
         } else {
             None
         };
-        if !claim.deleting {
+        // Marked, so that every look sees it going (and no observer asks for power
+        // again); a create stopped before its power-on is no machine to mark: a delete
+        // that stops half-way leaves it as it was, for a create or the pool to take.
+        if !claim.deleting && !claim.creating {
             claim.deleting = true;
             self.claims.update(server, &claim)?;
         }
