@@ -134,14 +134,25 @@ async fn a_kill_9_between_claim_and_power_on_is_finished_by_the_next_create() {
 /// A BMC that answers 204 to a power-on and never applies it: the machine is asked
 /// again once the pool's grace (15 s) has passed, and runs when the second is applied;
 /// where none ever is, it is Failed (PowerOnIgnored) after the second grace, never
-/// Provisioning for good.
+/// Provisioning for good. A power-on answered with a 500 (sushy's "database is
+/// locked" under load) is no failed create: the machine is made, and the power-on asked
+/// again in the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ignored_power_on_is_asked_again_then_reported() {
-    let sushy = Sushy::start(2);
+    let sushy = Sushy::start(3);
     let proxy = Flaky::forwarding(&sushy.endpoint).await;
     let reset = |i: usize| format!("{}/Actions/ComputerSystem.Reset", sushy.systems[i].id);
     proxy.push(Rule::on(Method::POST, &reset(0), Answer::Swallow).times(1));
     proxy.push(Rule::on(Method::POST, &reset(1), Answer::Swallow));
+    let locked = common::flaky::redfish_error("GeneralError", "database is locked");
+    proxy.push(
+        Rule::on(
+            Method::POST,
+            &reset(2),
+            Answer::Status(500, Vec::new(), locked),
+        )
+        .times(1),
+    );
     let claims = tempfile::tempdir().unwrap();
     let p = common::provider_of(&common::pool_yaml_at(
         &sushy,
@@ -152,8 +163,13 @@ async fn an_ignored_power_on_is_asked_again_then_reported() {
     .await;
     let once = p.create(&spec("once", "s0"), None).await.expect("create");
     let never = p.create(&spec("never", "s1"), None).await.expect("create");
+    let lost = p
+        .create(&spec("lost", "s2"), None)
+        .await
+        .expect("a lost power-on answer is no failed create");
+    assert_eq!(lost.phase, Phase::Provisioning);
     let passing = [Phase::Provisioning];
-    let (ran, failed) = tokio::join!(
+    let (ran, failed, ran_too) = tokio::join!(
         wait_phase(
             p.as_ref(),
             &once.provider_id,
@@ -168,6 +184,19 @@ async fn an_ignored_power_on_is_asked_again_then_reported() {
             &passing,
             Duration::from_secs(60)
         ),
+        wait_phase(
+            p.as_ref(),
+            &lost.provider_id,
+            Phase::Provisioned,
+            &passing,
+            Duration::from_secs(60)
+        ),
+    );
+    assert_eq!(ran_too.name, lost.name);
+    assert_eq!(
+        proxy.seen(&Method::POST, &reset(2), true),
+        1,
+        "asked again after the 500"
     );
     assert_eq!(ran.name, once.name);
     let failure = failed.failure.expect("a failure");
@@ -185,7 +214,7 @@ async fn an_ignored_power_on_is_asked_again_then_reported() {
         "asked twice, then reported"
     );
     // A Failed machine is deleted like any other.
-    for m in [&once, &never] {
+    for m in [&once, &never, &lost] {
         p.delete(&m.provider_id).await.expect("delete");
     }
 }

@@ -666,8 +666,8 @@ impl RedfishProvider {
     }
 
     /// Provisions server `i` for `spec` under its name's `lease`, the claim made or
-    /// found unfinished; undoes what it did when it fails before the power-on is sent
-    /// (or the BMC refuses it).
+    /// found unfinished; undoes what it did when it fails before the power-on is sent,
+    /// or when the BMC refuses the power-on.
     async fn finish(
         &self,
         i: usize,
@@ -683,12 +683,15 @@ impl RedfishProvider {
             .await;
         let out = match done {
             Ok(()) => Ok(self.machine(i, &claim, Phase::Provisioning)),
+            // The power-on is recorded, its answer lost (a 5xx, a cut connection): the
+            // machine is made, and whether the BMC applied it is what observing it
+            // finds out (asked again after the grace if it did not).
+            Err(e) if progress.asked && e.is_retryable() => {
+                tracing::warn!(server = %self.names[i], machine = %claim.name, error = %e, "the power-on's answer was lost; it is asked again if the server stays off");
+                Ok(self.machine(i, &claim, Phase::Provisioning))
+            }
             Err(e) => {
-                // A power-on that may have reached the BMC is left to the claim: the
-                // next create, or whoever observes the machine, carries on from it.
-                if !progress.asked || !e.is_retryable() {
-                    self.abandon(i, &claim, progress.cd.as_ref()).await;
-                }
+                self.abandon(i, &claim, progress.cd.as_ref()).await;
                 Err(e.context(format!("server {}", self.names[i])))
             }
         };
