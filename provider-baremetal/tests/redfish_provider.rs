@@ -107,7 +107,7 @@ async fn two_controllers_never_claim_one_server() {
     let won = [ra.is_ok(), rb.is_ok()];
     assert_eq!(won.iter().filter(|w| **w).count(), 1, "{ra:?} {rb:?}");
     let lost = ra.err().or(rb.err()).unwrap();
-    assert_eq!(lost.kind(), ErrorKind::QuotaExceeded, "{lost}");
+    assert_eq!(lost.kind(), ErrorKind::InsufficientCapacity, "{lost}");
 
     // Many creates racing over the pool: every server at most once.
     let names: Vec<String> = (0..6).map(|i| format!("m-{i}")).collect();

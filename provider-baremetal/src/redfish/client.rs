@@ -331,23 +331,34 @@ impl RedfishClient {
         Ok(devices)
     }
 
-    /// The system's virtual CD (or DVD) drive; a permanent error when it has none.
+    /// The system's first virtual CD (or DVD) drive, reading the devices in order only
+    /// up to it; a permanent error when it has none.
     pub async fn virtual_cd(&self, system: &System) -> Result<VirtualMedia> {
-        self.virtual_media(system)
-            .await?
-            .into_iter()
-            .find(VirtualMedia::is_cd)
-            .ok_or_else(|| {
-                Error::permanent(format!(
-                    "system {} has no virtual CD drive (VirtualMedia with MediaTypes CD or DVD)",
-                    system.id
-                ))
-            })
+        let none = || {
+            Error::permanent(format!(
+                "system {} has no virtual CD drive (VirtualMedia with MediaTypes CD or DVD)",
+                system.id
+            ))
+        };
+        let link = system.virtual_media.as_ref().ok_or_else(none)?;
+        let c: Collection = self.get(&link.id).await?;
+        for m in c.members {
+            let device: VirtualMedia = self.get(&m.id).await?;
+            if device.is_cd() {
+                return Ok(device);
+            }
+        }
+        Err(none())
     }
 
     /// Re-reads one virtual media device.
     pub async fn media(&self, device: &VirtualMedia) -> Result<VirtualMedia> {
         self.get(&device.path).await
+    }
+
+    /// Reads the virtual media device at `path` (as [`VirtualMedia::path`] gave it).
+    pub async fn media_at(&self, path: &str) -> Result<VirtualMedia> {
+        self.get(path).await
     }
 
     /// Inserts the image at `url` (the BMC downloads it) into `device`.
@@ -364,9 +375,15 @@ impl RedfishClient {
 
     /// Ejects whatever `device` holds.
     pub async fn eject_media(&self, device: &VirtualMedia) -> Result<()> {
+        self.eject_media_at(&device.path).await
+    }
+
+    /// Ejects whatever the device at `path` (as [`VirtualMedia::path`] gave it) holds,
+    /// without reading it first.
+    pub async fn eject_media_at(&self, path: &str) -> Result<()> {
         self.call(
             Method::POST,
-            &format!("{}/Actions/VirtualMedia.EjectMedia", device.path),
+            &format!("{path}/Actions/VirtualMedia.EjectMedia"),
             Some(json!({})),
         )
         .await

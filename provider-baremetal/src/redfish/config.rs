@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use machine_core::{Error, Labels, Result, at_document_line, check_dns_label};
 use provider_http::{CertFingerprint, TlsConfig};
@@ -23,6 +24,9 @@ use super::client::BmcCredentials;
 ///     systemId: "1"
 ///     credentials: {username: admin, password: s3cr3t}
 ///     labels: {rack: r1}
+///     size: gpu-large          # its size class: specs with `size: gpu-large` get it
+///     address: 10.0.0.21       # where its OS answers (a DHCP reservation, a static IP)
+///     sshUser: debian
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -37,8 +41,14 @@ pub struct RedfishPoolConfig {
     /// Where the seed images are served from.
     #[serde(default)]
     pub media_server: MediaServerConfig,
-    /// The servers, in the order they are offered.
+    /// The servers. Free servers are offered least recently released first, in this
+    /// order among those never released.
     pub servers: Vec<ServerEntry>,
+    /// How long a BMC may take to show a server on after accepting a power-on (default
+    /// 60 s). A server still off after that was asked again once; still off after twice
+    /// that, its machine is `Failed` (the BMC accepts power-ons it does not apply).
+    #[serde(default = "default_power_on_grace", with = "humantime_serde")]
+    pub power_on_grace: Duration,
 }
 
 /// Where the provider serves seed images for BMCs to download.
@@ -87,11 +97,43 @@ pub struct ServerEntry {
     /// Labels a spec can select servers by.
     #[serde(default)]
     pub labels: Labels,
+    /// The server's size class (`small`, `gpu-large`, `2x4096`), as the operator sorts
+    /// the pool's hardware: a spec with a size gets a server of that class, and
+    /// [`machine_core::Machine::size`] reports it. A server without one is only given
+    /// to specs without a size.
+    #[serde(default)]
+    pub size: Option<String>,
+    /// The address its operating system answers at (an IP address or a DNS name, as the
+    /// management network's DHCP reservation or static address gives it); reported as
+    /// the machine's address and SSH endpoint. Redfish does not tell it.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// The SSH port at `address`.
+    #[serde(default = "default_ssh_port")]
+    pub ssh_port: u16,
+    /// The SSH user at `address` when the spec names none (its `ssh.user`).
+    #[serde(default = "default_ssh_user")]
+    pub ssh_user: String,
 }
 
 fn default_owner() -> String {
     machine_core::DEFAULT_OWNER.to_owned()
 }
+
+fn default_power_on_grace() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_ssh_port() -> u16 {
+    22
+}
+
+fn default_ssh_user() -> String {
+    "root".to_owned()
+}
+
+/// The longest owner: it is part of the claim directory's file names.
+const MAX_OWNER_LEN: usize = 128;
 
 fn default_listen() -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], 0))
@@ -182,6 +224,7 @@ impl RedfishPoolConfig {
     /// Checks what serde cannot: names, BMC URLs, system ids, credentials.
     pub fn validate(&self) -> Result<()> {
         if self.owner.is_empty()
+            || self.owner.len() > MAX_OWNER_LEN
             || !self
                 .owner
                 .chars()
@@ -190,9 +233,15 @@ impl RedfishPoolConfig {
             return Err(Error::invalid_spec(
                 "owner",
                 format!(
-                    "{:?} must be non-empty, of a-z, A-Z, 0-9, '-', '_', '.'",
+                    "{:?} must be 1-{MAX_OWNER_LEN} characters of a-z, A-Z, 0-9, '-', '_', '.'",
                     self.owner
                 ),
+            ));
+        }
+        if self.power_on_grace < Duration::from_secs(1) {
+            return Err(Error::invalid_spec(
+                "powerOnGrace",
+                "must be at least 1s: BMCs apply power changes seconds after accepting them",
             ));
         }
         if self.servers.is_empty() {
@@ -243,6 +292,46 @@ impl RedfishPoolConfig {
                     "the BMC user name is empty",
                 )));
             }
+            if let Some(size) = &s.size
+                && (size.is_empty()
+                    || size.len() > 63
+                    || !size
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c)))
+            {
+                return Err(within(Error::invalid_spec(
+                    "size",
+                    format!(
+                        "{size:?} must be 1-63 characters of a-z, A-Z, 0-9, '-', '_', '.', '/'"
+                    ),
+                )));
+            }
+            if let Some(address) = &s.address
+                && (address.is_empty()
+                    || address.len() > 253
+                    || address.starts_with('-')
+                    || !address
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || ".-:_".contains(c)))
+            {
+                return Err(within(Error::invalid_spec(
+                    "address",
+                    format!(
+                        "{address:?} must be an IP address or host name: a-z, A-Z, 0-9, '.', '-', ':', '_', not starting with '-'"
+                    ),
+                )));
+            }
+            if s.ssh_user.is_empty()
+                || !s
+                    .ssh_user
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(within(Error::invalid_spec(
+                    "sshUser",
+                    format!("{:?} is not a valid user name", s.ssh_user),
+                )));
+            }
         }
         Ok(())
     }
@@ -268,6 +357,39 @@ mod tests {
         let c = RedfishPoolConfig::from_yaml(GOOD).unwrap();
         assert_eq!(c.servers[0].bmc_host().unwrap(), "10.0.0.1");
         assert!(!format!("{c:?}").contains("pw-9f3k"));
+    }
+
+    #[test]
+    fn sizes_addresses_and_the_power_on_grace_are_read_and_checked() {
+        let c = RedfishPoolConfig::from_yaml(&format!(
+            "powerOnGrace: 90s\n{GOOD}    size: gpu-large\n    address: 10.0.0.21\n    sshUser: debian\n"
+        ))
+        .unwrap();
+        let s = &c.servers[0];
+        assert_eq!(s.size.as_deref(), Some("gpu-large"));
+        assert_eq!(s.address.as_deref(), Some("10.0.0.21"));
+        assert_eq!((s.ssh_port, s.ssh_user.as_str()), (22, "debian"));
+        assert_eq!(c.power_on_grace, Duration::from_secs(90));
+        let d = RedfishPoolConfig::from_yaml(GOOD).unwrap();
+        assert_eq!(d.power_on_grace, Duration::from_secs(60));
+        assert_eq!(
+            (d.servers[0].size.as_ref(), d.servers[0].ssh_user.as_str()),
+            (None, "root")
+        );
+        for (extra, field) in [
+            ("    size: a b\n", "servers[0].size"),
+            ("    size: ''\n", "servers[0].size"),
+            ("    address: -oProxyCommand=x\n", "servers[0].address"),
+            ("    address: a/b\n", "servers[0].address"),
+            ("    sshUser: 'r oot'\n", "servers[0].sshUser"),
+        ] {
+            let e = err(&format!("{GOOD}{extra}"));
+            assert_eq!(e.field(), Some(field), "{extra}: {e}");
+        }
+        let e = err(&format!("powerOnGrace: 0s\n{GOOD}"));
+        assert_eq!(e.field(), Some("powerOnGrace"), "{e}");
+        let e = err(&format!("owner: {}\n{GOOD}", "o".repeat(129)));
+        assert_eq!(e.field(), Some("owner"), "{e}");
     }
 
     #[test]

@@ -173,12 +173,12 @@ impl Sushy {
                 .map(|(i, s)| {
                     format!(
                         "{{'uuid': '{}', 'name': '{}', 'power_state': 'Off', \
-                         'nics': [{{'mac': '52:54:00:00:{:02x}:{:02x}', 'ip': '192.0.2.{}'}}]}}",
+                         'nics': [{{'mac': '52:54:00:00:{:02x}:{:02x}', 'ip': '{}'}}]}}",
                         s.id,
                         s.name,
                         i / 256,
                         i % 256,
-                        1 + i % 250
+                        fake_ip(i)
                     )
                 })
                 .collect();
@@ -218,6 +218,13 @@ impl Sushy {
                     panic!("sushy-emulator exited ({status}):\n{said}");
                 }
                 if answers(addr, options.tls) {
+                    // A burst of first requests on a fresh emulator can wipe changes
+                    // other requests just made: read every system once, one at a time.
+                    if !options.tls {
+                        for s in &systems {
+                            warm(addr, &s.id, options.auth.as_ref());
+                        }
+                    }
                     return Sushy {
                         child,
                         endpoint: format!("{scheme}://{addr}"),
@@ -264,6 +271,35 @@ impl Sushy {
     /// What sushy logged so far (one line per request).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("emulator.log")).unwrap_or_default()
+    }
+}
+
+/// The address sushy gives fake system `i`'s NIC, where the tests' pools say its OS
+/// answers.
+pub fn fake_ip(i: usize) -> String {
+    format!("192.0.2.{}", 1 + i % 250)
+}
+
+/// Reads system `id` once over plain HTTP (with basic auth when given).
+fn warm(addr: SocketAddr, id: &str, auth: Option<&(String, String)>) {
+    use base64::Engine;
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+        return;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let authorization = auth
+        .map(|(u, p)| {
+            format!(
+                "Authorization: Basic {}\r\n",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )
+        })
+        .unwrap_or_default();
+    let req =
+        format!("GET /redfish/v1/Systems/{id} HTTP/1.0\r\nHost: {addr}\r\n{authorization}\r\n");
+    if s.write_all(req.as_bytes()).is_ok() {
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
     }
 }
 
