@@ -14,6 +14,11 @@ use crate::name::MachineName;
 /// Kubernetes allow 63-character label values, EC2 tags 256).
 pub const MAX_LABEL_VALUE_LEN: usize = 63;
 
+/// The most labels a spec may carry: above what any provider stores (EC2 takes 50 tags
+/// per instance, the provider's own included), and a bound on what a document can make
+/// every later call carry.
+pub const MAX_LABELS: usize = 64;
+
 /// A machine the caller wants: its name, what to run and how to reach it.
 ///
 /// Unknown fields are refused when reading YAML or JSON, with the field's name and line.
@@ -33,8 +38,15 @@ pub struct MachineSpec {
     /// SSH access wanted on the machine, for decoupled software and operators.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh: Option<SshAccess>,
-    /// Labels stored with the machine at the provider, to select machines by.
-    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    /// Labels stored with the machine at the provider, to select machines by; at most
+    /// 64, `MAX_LABELS` (a document with more is refused as it is read, without reading
+    /// the rest).
+    #[cfg_attr(feature = "schemars", schemars(extend("maxProperties" = 64)))]
+    #[serde(
+        default,
+        skip_serializing_if = "Labels::is_empty",
+        deserialize_with = "bounded_labels"
+    )]
     pub labels: Labels,
     /// Provider-specific settings (subnet, datastore, BMC), read by the provider, which
     /// refuses what it does not know with the field's path.
@@ -44,6 +56,34 @@ pub struct MachineSpec {
         schemars(schema_with = "crate::schema::open_object")
     )]
     pub provider: serde_json::Value,
+}
+
+/// Reads labels, refusing the entry past [`MAX_LABELS`] as soon as it is seen: a
+/// document of 300,000 labels costs no more than one of 65.
+fn bounded_labels<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Labels, D::Error> {
+    struct Bounded;
+    impl<'de> serde::de::Visitor<'de> for Bounded {
+        type Value = Labels;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "a map of at most {MAX_LABELS} labels")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> std::result::Result<Labels, A::Error> {
+            let mut labels = Labels::new();
+            while let Some((k, v)) = map.next_entry::<String, String>()? {
+                if labels.len() == MAX_LABELS {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_LABELS} labels; a machine carries at most {MAX_LABELS}"
+                    )));
+                }
+                labels.insert(k, v);
+            }
+            Ok(labels)
+        }
+    }
+    d.deserialize_map(Bounded)
 }
 
 /// SSH access wanted on a machine.
@@ -132,6 +172,15 @@ impl MachineSpec {
     /// Checks what serde cannot: label keys and values, the SSH user and keys.
     /// Errors name the field path.
     pub fn validate(&self) -> Result<()> {
+        if self.labels.len() > MAX_LABELS {
+            return Err(Error::invalid_spec(
+                "labels",
+                format!(
+                    "{} labels; a machine carries at most {MAX_LABELS}",
+                    self.labels.len()
+                ),
+            ));
+        }
         for (k, v) in &self.labels {
             let field = format!("labels.{}", shown_key(k));
             let ok_chars = |s: &str| {
@@ -832,6 +881,21 @@ machines:
             .unwrap_err();
         assert_eq!(e.field(), Some("ssh.user"));
         assert!(e.message().contains("(line 2,"), "{e}");
+    }
+
+    #[test]
+    fn a_spec_with_too_many_labels_is_refused_with_little_work() {
+        let mut y = String::from("name: a\nlabels:\n");
+        for i in 0..300_000 {
+            y.push_str(&format!("  k{i}: v\n"));
+        }
+        let (e, took) = crate::conformance::cpu_time(|| MachineSpec::from_yaml(&y).unwrap_err());
+        assert_eq!(e.field(), Some("labels"), "{e}");
+        assert!(e.to_string().contains("at most 64"), "{e}");
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "used {took:?} of CPU"
+        );
     }
 
     #[test]

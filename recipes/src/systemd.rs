@@ -137,8 +137,19 @@ impl SystemdUnit {
 
     pub(crate) fn check(&self) -> Result<()> {
         check::unit_name("name", &self.name)?;
+        // systemd stops reading a unit file at a NUL byte, and cloud-init cannot carry
+        // one in a YAML string: what follows it would silently vanish.
+        if self.content.as_ref().is_some_and(|c| c.contains('\0')) {
+            return Err(Error::invalid_spec("content", "holds a NUL byte"));
+        }
         for (i, d) in self.drop_ins.iter().enumerate() {
             check::plain_name(&format!("drop_ins[{i}].name"), &d.name)?;
+            if d.content.contains('\0') {
+                return Err(Error::invalid_spec(
+                    format!("drop_ins[{i}].content"),
+                    "holds a NUL byte",
+                ));
+            }
         }
         if self.enabled {
             if self.name.contains("@.") {

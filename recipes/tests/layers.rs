@@ -73,6 +73,10 @@ fn bad_input_is_refused_at_construction_naming_the_field() {
         field_of(SystemdUnit::new("a.service", "[Service]\nExecStart=/bin/true\n").into()),
         "layer l.recipes[0].enabled"
     );
+    assert_eq!(
+        field_of(SystemdUnit::new("a.service", format!("{UNIT}\0ExecStartPost=/bin/x\n")).into()),
+        "layer l.recipes[0].content"
+    );
     for key in ["net/ipv4/ip_forward", "net..ipv4", "../../proc/x"] {
         assert_eq!(
             field_of(Sysctl::new("s", [("net.ipv4.ip_forward", "1"), (key, "1")]).into()),
