@@ -48,6 +48,7 @@ pub mod conformance;
 pub mod decorators;
 mod error;
 mod files;
+pub mod fleet;
 mod locate;
 mod machine;
 mod name;

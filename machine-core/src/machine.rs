@@ -218,6 +218,19 @@ impl Failure {
     }
 }
 
+impl Condition {
+    /// A condition of `kind` that changed to `status` now.
+    pub fn now(kind: &str, status: bool, reason: &str, message: impl Into<String>) -> Self {
+        Condition {
+            kind: kind.to_owned(),
+            status,
+            reason: reason.to_owned(),
+            message: message.into(),
+            last_transition: SystemTime::now(),
+        }
+    }
+}
+
 impl NodeRef {
     /// A link to the node `name`.
     pub fn new(name: impl Into<String>) -> Self {

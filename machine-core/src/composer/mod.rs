@@ -538,6 +538,11 @@ impl Composer {
         }
     }
 
+    /// The connector running machines are reached through, when there is one.
+    pub fn connector(&self) -> Option<&Arc<dyn Connector>> {
+        self.connector.as_ref()
+    }
+
     /// The machine provisioner.
     pub fn provider(&self) -> &Arc<dyn MachineProvisioner> {
         &self.provider
