@@ -89,6 +89,14 @@ async fn setup(run: Run) -> (Clients, Fixture, Peers) {
     let moto = Moto::shared();
     let owner = common::owner("conformance");
     let mut fx = fixture();
+    if run == Run::DirectRetrying {
+        // The decorator only retries what the provider reports; what a crash or a race
+        // of replicas leaves is the provider's, proven by the `ignored` run's full
+        // rounds (the most expensive cases here: each create waits out its race
+        // window). A round of each keeps the wrapped provider honest at a fraction.
+        fx.crash_rounds = 2;
+        fx.replica_rounds = 1;
+    }
     let (endpoint, proxy) = if through_token_proxy {
         let proxy = Arc::new(FaultProxy::start(moto.addr, Faults::default(), 22).await);
         fx.faults = Some(Arc::new(Ec2Faults::new(proxy.clone())));
