@@ -470,10 +470,13 @@ async fn a_controller_killed_inside_its_race_window_leaves_no_duplicate() {
             "every doomed controller launched"
         );
     }
-    assert_eq!(
-        survivor_proxy.forwarded("RunInstances"),
-        names,
-        "the survivor launched every name too: the names raced"
+    // Both lookups of a name are made at once and both answers lag, so the survivor
+    // launches too; a scheduler stalling one side past the other's launch makes it
+    // adopt instead, which only takes that name out of the race.
+    let raced = survivor_proxy.forwarded("RunInstances");
+    assert!(
+        raced * 2 >= names,
+        "only {raced} of {names} names raced: the test proves nothing"
     );
     // What moto holds once the survivor is done, before anyone looks again.
     let direct = common::provider(&moto.endpoint, &owner).await;
