@@ -472,20 +472,46 @@ impl AwsProvider {
 
     /// TerminateInstances for `ids` in one call; when EC2 refuses the batch because one
     /// of them is gone, one call each. An id that is gone counts as terminated, except
-    /// right after this provider created it (then the not-found is transient).
+    /// right after this provider created it (then the not-found is transient). So does
+    /// a refusal (a conflict, or a permanent error) when the instances are all being
+    /// terminated already: two processes settling one name's duplicates at the same
+    /// moment terminate the same instances, and the second may be refused (EC2 with
+    /// `IncorrectInstanceState`, moto with `InvalidAttachment.NotFound`, its volume
+    /// detached by the first).
     async fn terminate_ids(&self, ids: &[&str]) -> Result<()> {
-        match self.ec2.terminate_all(ids).await {
-            Err(e) if e.kind() == ErrorKind::NotFound && ids.len() > 1 => {
-                for t in ids {
-                    match self.ec2.terminate(t).await {
-                        Err(e) if e.kind() == ErrorKind::NotFound => self.gone(t, Some(e))?,
-                        other => other?,
-                    }
+        let e = match self.ec2.terminate_all(ids).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if e.kind() == ErrorKind::NotFound && ids.len() > 1 {
+            for t in ids {
+                if let Err(e) = self.ec2.terminate(t).await {
+                    self.refused_termination(&[t], e).await?;
                 }
-                Ok(())
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => self.gone(ids[0], Some(e)),
-            other => other,
+            return Ok(());
+        }
+        self.refused_termination(ids, e).await
+    }
+
+    /// Whether the refused TerminateInstances of `ids` (error `e`) failed only because
+    /// the instances are gone or going already (see [`AwsProvider::terminate_ids`]).
+    async fn refused_termination(&self, ids: &[&str], e: Error) -> Result<()> {
+        match e.kind() {
+            ErrorKind::NotFound if ids.len() == 1 => self.gone(ids[0], Some(e)),
+            ErrorKind::Conflict | ErrorKind::Permanent => {
+                let Ok(found) = self.ec2.describe(ids, &[]).await else {
+                    return Err(e);
+                };
+                let going = ids.iter().all(|id| {
+                    found
+                        .iter()
+                        .find(|i| i.instance_id() == Some(id))
+                        .is_some_and(is_gone_or_going)
+                });
+                if going { Ok(()) } else { Err(e) }
+            }
+            _ => Err(e),
         }
     }
 

@@ -509,3 +509,73 @@ async fn a_controller_killed_inside_its_race_window_leaves_no_duplicate() {
         assert_eq!(found.provider_id.resource_id(), id, "{name}");
     }
 }
+
+/// Two processes settling a name's duplicate at the same moment both terminate it, and
+/// the second may be refused (moto answers `InvalidAttachment.NotFound` when the first
+/// just detached the volume; EC2 `IncorrectInstanceState`): a refusal for an instance
+/// that is going already is success, not a failed `find`. A refusal for one that still
+/// runs is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_terminated_meanwhile_by_another_process_is_settled() {
+    let moto = Moto::start();
+    let owner = common::owner("settled");
+    let p = common::provider(&moto.endpoint, &owner).await;
+    let spec = common::spec("settled-1").with_label("set", "dup");
+    let kept = p.create(&spec, None).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The find's lookup answers with the state of 1.5 s before it arrives.
+    let proxy = FaultProxy::start(
+        moto.addr,
+        Faults {
+            listing_lag: Duration::from_millis(1500),
+            ..Faults::default()
+        },
+        23,
+    )
+    .await;
+    proxy.ignore_client_tokens();
+    let finder = common::provider(&proxy.endpoint, &owner).await;
+
+    for (other_process_terminates, code) in [
+        (true, "InvalidAttachment.NotFound"),
+        (true, "IncorrectInstanceState"),
+        (false, "InvalidAttachment.NotFound"),
+    ] {
+        let dup = launch_from_outside(&moto.endpoint, &owner, "settled-1").await;
+        proxy.script("TerminateInstances", 400, code, 1);
+        let find = finder.find(&spec.name);
+        let other = async {
+            // Once the find's lookup has seen the duplicate live.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if other_process_terminates {
+                common::sdk(&moto.endpoint)
+                    .await
+                    .terminate_instances()
+                    .instance_ids(&dup)
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        };
+        let (found, ()) = tokio::join!(find, other);
+        if other_process_terminates {
+            let found = found
+                .unwrap_or_else(|e| panic!("{code}: {e}"))
+                .expect("found");
+            assert_eq!(found.provider_id, kept.provider_id, "{code}");
+        } else {
+            let e = found.expect_err("a refused termination of a running duplicate");
+            assert!(e.to_string().contains(code), "{e}");
+            // The next find settles it.
+            finder.find(&spec.name).await.unwrap();
+        }
+        assert_eq!(
+            live(&p).await,
+            vec![(
+                "settled-1".to_owned(),
+                kept.provider_id.resource_id().to_owned()
+            )],
+            "{code}"
+        );
+    }
+}
