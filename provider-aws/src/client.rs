@@ -96,6 +96,7 @@ impl Ec2 {
         let sdk_config = loader.load().await;
         let ec2_config = aws_sdk_ec2::config::Builder::from(&sdk_config)
             .interceptor(crate::redact::RedactBodies)
+            .interceptor(WholeAnswers)
             .retry_partition(own_rate_limiter(&config.region, "describe"))
             .build();
         let paced = ["run", "terminate", "start", "stop", "reboot"]
@@ -336,6 +337,81 @@ impl Ec2 {
     }
 }
 
+/// Refuses an answer whose XML document is cut short, as unreadable.
+///
+/// The SDK's XML reader takes a document that ends early for one that ends there: a
+/// DescribeInstances answer cut inside its reservation set reads as fewer instances (a
+/// machine not found, and a create that launches a second), one cut inside an instance
+/// as an instance without its tags, a user-data answer cut short as none. An answer
+/// whose document does not close the element it opened is refused here, after the SDK
+/// read it and before anyone uses it, as a response error that `errors` calls
+/// transient: the request may have taken effect, so the caller asks again (a create
+/// looks the name up before it launches again). Bodies that are not XML (empty, or a
+/// gateway's text) are left to the status rules.
+#[derive(Debug, Clone, Copy, Default)]
+struct WholeAnswers;
+
+impl aws_sdk_ec2::config::Intercept for WholeAnswers {
+    fn name(&self) -> &'static str {
+        "WholeAnswers"
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &aws_sdk_ec2::config::interceptors::AfterDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &aws_sdk_ec2::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_ec2::config::ConfigBag,
+    ) -> std::result::Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        match context.response().body().bytes() {
+            Some(body) if !xml_is_whole(body) => Err(format!(
+                "the answer's XML document is cut short ({} bytes, HTTP {})",
+                body.len(),
+                context.response().status().as_u16()
+            )
+            .into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether `body`, if it is an XML document, ends by closing its root element. A body
+/// that does not start with markup is not judged (`true`).
+fn xml_is_whole(body: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(body);
+    let mut rest = text.trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
+    if !rest.starts_with('<') {
+        return true;
+    }
+    // Past the declaration, comments and a doctype to the root's start tag.
+    while rest.starts_with("<?") || rest.starts_with("<!") {
+        let end = if rest.starts_with("<!--") { "-->" } else { ">" };
+        match rest.find(end) {
+            Some(i) => rest = rest[i + end.len()..].trim_start(),
+            None => return false,
+        }
+    }
+    let Some(tag) = rest.strip_prefix('<') else {
+        return false;
+    };
+    let name_len = tag
+        .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
+        .unwrap_or(tag.len());
+    let name = &tag[..name_len];
+    if name.is_empty() {
+        return false;
+    }
+    let end = text.trim_end();
+    // `<Root/>` closes itself; otherwise the document ends with `</Root>`.
+    let self_closed = tag[name_len..]
+        .split_once('>')
+        .is_some_and(|(attrs, after)| attrs.ends_with('/') && after.trim().is_empty());
+    self_closed
+        || end
+            .strip_suffix('>')
+            .and_then(|e| e.strip_suffix(name))
+            .is_some_and(|e| e.trim_end().ends_with("</"))
+}
+
 /// A retry partition with a rate limiter of this client's own. The SDK's default
 /// partition is one per service and region for the whole process, so two providers of
 /// different accounts in one region would slow each other down, while EC2 throttles
@@ -371,4 +447,29 @@ pub(crate) fn filter(name: &str, values: &[&str]) -> Filter {
         .name(name)
         .set_values(Some(values.iter().map(|v| (*v).to_owned()).collect()))
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::xml_is_whole;
+
+    #[test]
+    fn only_documents_that_close_their_root_are_whole() {
+        let answer = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>1</requestId><reservationSet><item><instanceId>i-1</instanceId></item></reservationSet></DescribeInstancesResponse>\n";
+        assert!(xml_is_whole(answer.as_bytes()));
+        for cut in [answer.len() / 2, answer.len() - 5, 60, 10] {
+            assert!(!xml_is_whole(&answer.as_bytes()[..cut]), "cut at {cut}");
+        }
+        let error = "<?xml version=\"1.0\"?><Response><Errors><Error><Code>X</Code></Error></Errors><RequestID>r</RequestID></Response>";
+        assert!(xml_is_whole(error.as_bytes()));
+        assert!(!xml_is_whole(&error.as_bytes()[..error.len() - 1]));
+        assert!(xml_is_whole(b"<!-- c --><Empty/>"));
+        assert!(xml_is_whole(b"<Empty a=\"1\" />\n"));
+        // Not XML: left to the status.
+        assert!(xml_is_whole(b""));
+        assert!(xml_is_whole(b"Service Unavailable"));
+        // Markup that never reaches its root.
+        assert!(!xml_is_whole(b"<?xml version=\"1.0\""));
+        assert!(!xml_is_whole(b"<"));
+    }
 }

@@ -510,7 +510,12 @@ impl AwsConfigBuilder {
 
     /// Whether `get` reads SSH host keys from running machines' console output (one
     /// GetConsoleOutput call per machine until keys are found, at most every 15 s).
-    /// Default true.
+    /// Default true. It is also what the provider declares as
+    /// [`machine_core::Capabilities::host_key_discovery`], a promise that running
+    /// machines come to report their keys: turn it off for images that do not print
+    /// them to the console (cloud-init's `keys-to-console` does, in the usual cloud
+    /// images; Windows and bare images do not) and for endpoints that run no guest
+    /// (moto's console is one canned boot log), where keys would never come.
     pub fn host_key_discovery(mut self, enabled: bool) -> Self {
         self.host_key_discovery = enabled;
         self

@@ -4,7 +4,8 @@
 //! | EC2 says | kind |
 //! |---|---|
 //! | `RequestLimitExceeded`, `Throttling`, `ThrottlingException`, `RequestThrottled`, `SlowDown` | throttled |
-//! | `InsufficientInstanceCapacity` (and other `Insufficient*Capacity`), `InternalError`, `ServiceUnavailable`, `Unavailable`, any 5xx, timeouts, resets and other connection failures, unreadable answers | transient |
+//! | `InternalError`, `ServiceUnavailable`, `Unavailable`, any 5xx, timeouts, resets and other connection failures, unreadable answers (a body cut short, or a success status the SDK could not read) | transient |
+//! | `InsufficientInstanceCapacity`, `InsufficientHostCapacity`, `InsufficientReservedInstanceCapacity`, `InsufficientAddressCapacity`, `InsufficientCapacity` (any `Insufficient*Capacity*`), `InsufficientFreeAddressesInSubnet`, `UnfulfillableCapacity` | insufficient capacity: the zone, type or subnet has no room now; not retried unchanged, so a caller can choose another type or zone |
 //! | `InvalidAMIID.*` | invalid spec on `image` |
 //! | `InvalidInstanceType*`, `Unsupported` about an instance type | invalid spec on `size` |
 //! | `InvalidSubnetID.*`, `InvalidGroup*` / `InvalidSecurityGroupID.*`, `InvalidKeyPair.*`, `InvalidParameterValue` about the instance profile, `InvalidBlockDeviceMapping`, `InvalidUserData.*` | invalid spec on the matching `provider.*` field or `userData` |
@@ -150,7 +151,14 @@ pub(crate) fn classify(op: &str, r: &Reported) -> Error {
         | "RequestThrottledException"
         | "SlowDown"
         | "TooManyRequestsException" => Error::throttled(text, r.retry_after),
-        c if c.starts_with("Insufficient") && c.ends_with("Capacity") => Error::transient(text),
+        // EC2's capacity codes (its error code list): the place has no room for what
+        // was asked, which the same request will meet again for minutes.
+        c if c.starts_with("Insufficient") && c.contains("Capacity") => {
+            Error::insufficient_capacity(text)
+        }
+        "InsufficientFreeAddressesInSubnet" | "UnfulfillableCapacity" => {
+            Error::insufficient_capacity(text)
+        }
         "InternalError"
         | "InternalFailure"
         | "ServiceUnavailable"
@@ -186,7 +194,9 @@ pub(crate) fn classify(op: &str, r: &Reported) -> Error {
         "IdempotentParameterMismatch" | "IncorrectInstanceState" | "IncorrectState" => {
             Error::new(ErrorKind::Conflict, text)
         }
-        c if c.ends_with("LimitExceeded") => Error::new(ErrorKind::QuotaExceeded, text),
+        c if c.ends_with("LimitExceeded") || c == "MaxSpotInstanceCountExceeded" => {
+            Error::new(ErrorKind::QuotaExceeded, text)
+        }
         c if c.starts_with("InvalidParameter")
             || c == "MissingParameter"
             || c == "InvalidRequest"
@@ -196,6 +206,13 @@ pub(crate) fn classify(op: &str, r: &Reported) -> Error {
         }
         _ => match r.status {
             Some(s) if s >= 500 => Error::transient(text),
+            // A success (or a redirect) the SDK reported as an error: it could not read
+            // the answer (a body cut short, an XML document it could not parse). The
+            // request may have taken effect; what it said is unknown: ask again.
+            Some(s) if s < 400 && code.is_empty() => Error::transient(format!(
+                "{op}: the answer (HTTP {s}) could not be read: {}",
+                r.message.as_deref().unwrap_or("no EC2 error code in it")
+            )),
             Some(401 | 403) => Error::new(ErrorKind::Unauthorized, text),
             Some(429) => Error::throttled(text, r.retry_after),
             _ => Error::permanent(text),
@@ -240,10 +257,40 @@ mod tests {
 
     #[test]
     fn codes_map_to_the_kinds_the_issue_lists() {
-        let cases: [(&str, u16, ErrorKind); 17] = [
+        let cases: [(&str, u16, ErrorKind); 24] = [
             ("RequestLimitExceeded", 503, ErrorKind::Throttled),
             ("Throttling", 400, ErrorKind::Throttled),
-            ("InsufficientInstanceCapacity", 500, ErrorKind::Transient),
+            (
+                "InsufficientInstanceCapacity",
+                500,
+                ErrorKind::InsufficientCapacity,
+            ),
+            (
+                "InsufficientHostCapacity",
+                400,
+                ErrorKind::InsufficientCapacity,
+            ),
+            (
+                "InsufficientReservedInstanceCapacity",
+                500,
+                ErrorKind::InsufficientCapacity,
+            ),
+            (
+                "InsufficientAddressCapacity",
+                500,
+                ErrorKind::InsufficientCapacity,
+            ),
+            ("InsufficientCapacity", 500, ErrorKind::InsufficientCapacity),
+            (
+                "InsufficientFreeAddressesInSubnet",
+                400,
+                ErrorKind::InsufficientCapacity,
+            ),
+            (
+                "UnfulfillableCapacity",
+                500,
+                ErrorKind::InsufficientCapacity,
+            ),
             ("InternalError", 500, ErrorKind::Transient),
             ("SomethingNew", 502, ErrorKind::Transient),
             ("InvalidAMIID.NotFound", 400, ErrorKind::InvalidSpec),
@@ -254,6 +301,11 @@ mod tests {
             ("UnauthorizedOperation", 403, ErrorKind::Unauthorized),
             ("InstanceLimitExceeded", 400, ErrorKind::QuotaExceeded),
             ("VcpuLimitExceeded", 400, ErrorKind::QuotaExceeded),
+            (
+                "MaxSpotInstanceCountExceeded",
+                400,
+                ErrorKind::QuotaExceeded,
+            ),
             ("InvalidInstanceID.NotFound", 400, ErrorKind::NotFound),
             ("IdempotentParameterMismatch", 400, ErrorKind::Conflict),
             ("IncorrectInstanceState", 400, ErrorKind::Conflict),
@@ -264,6 +316,9 @@ mod tests {
             assert_eq!(e.kind(), kind, "{code}: {e}");
             assert!(e.to_string().contains(code), "{e}");
         }
+        // Capacity is not retried unchanged (one RunInstances, not one a second).
+        let e = classify("RunInstances", &answer("InsufficientInstanceCapacity", 500));
+        assert!(!e.is_retryable(), "{e}");
     }
 
     #[test]
@@ -333,5 +388,37 @@ mod tests {
             },
         );
         assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    }
+
+    #[test]
+    fn an_answer_the_sdk_could_not_read_is_transient() {
+        // A success whose XML the SDK could not parse comes back as an error without
+        // a code: the request may have taken effect, the answer is unknown.
+        let e = classify(
+            "DescribeInstances",
+            &Reported {
+                status: Some(200),
+                message: Some("failed to parse".into()),
+                ..Reported::default()
+            },
+        );
+        assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+        assert!(e.to_string().contains("could not be read"), "{e}");
+        // An error status without a code is still judged by its status.
+        for (status, kind) in [
+            (400, ErrorKind::Permanent),
+            (403, ErrorKind::Unauthorized),
+            (429, ErrorKind::Throttled),
+            (502, ErrorKind::Transient),
+        ] {
+            let e = classify(
+                "RunInstances",
+                &Reported {
+                    status: Some(status),
+                    ..Reported::default()
+                },
+            );
+            assert_eq!(e.kind(), kind, "{status}: {e}");
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! An EC2 instance seen as a machine: provider ID, phase, addresses, access, labels.
+//! An EC2 instance seen as a machine: provider ID, phase, size, addresses, access, labels.
 
 use aws_sdk_ec2::types::{Instance, InstanceStateName};
 use machine_core::{
@@ -76,6 +76,11 @@ pub(crate) fn to_machine(inst: &Instance, default_ssh_user: Option<&str>) -> Res
     })?;
     let mut m = Machine::new(name, provider_id(inst)?, Phase::Pending);
     m.labels = p.labels;
+    // The type EC2 runs it as: what the spec's `size` asked, or the config's default.
+    m.size = inst
+        .instance_type()
+        .map(|t| t.as_str().to_owned())
+        .filter(|t| !t.is_empty());
     let state = state(inst);
     m.phase = match state {
         Some(InstanceStateName::Pending) => Phase::Provisioning,
@@ -164,6 +169,7 @@ mod tests {
                     .message(format!("{c}: why"))
                     .build()
             }))
+            .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
             .private_ip_address("10.0.0.5")
             .public_ip_address("203.0.113.7")
             .private_dns_name("ip-10-0-0-5.ec2.internal")
@@ -186,6 +192,7 @@ mod tests {
             "aws:///us-east-1a/i-0123456789abcdef0"
         );
         assert_eq!(m.phase, Phase::Provisioned);
+        assert_eq!(m.size.as_deref(), Some("m5.large"));
         assert_eq!(m.labels["team"], "web");
         assert_eq!(m.address(AddressKind::InternalIP), Some("10.0.0.5"));
         assert_eq!(m.address(AddressKind::ExternalIP), Some("203.0.113.7"));

@@ -66,9 +66,11 @@
 //! name with another spec, which gets a conflict error. A recreate after a delete
 //! continues the generations of the tokens it sees, so it costs one launch. moto ignores
 //! ClientToken; the tag lookup and the race check after a launch (the oldest instance of
-//! a name wins) carry idempotency there. Deleting a machine terminates every live
-//! instance of its name; `find` and `list` report duplicates with the `Duplicates`
-//! condition. Provider IDs are `aws:///<zone>/<instance-id>`.
+//! a name wins) carry idempotency there. Whatever made a duplicate (a race, a launch
+//! from outside, a process killed between its launch and its race check), the next
+//! create, `find` or delete of the name terminates it, keeping the one instance every
+//! replica would keep; `list` reports duplicates with the `Duplicates` condition.
+//! Provider IDs are `aws:///<zone>/<instance-id>`.
 //!
 //! ## Retries: one layer decides
 //! The SDK makes **one attempt per API call** (its standard retry mode with

@@ -335,19 +335,35 @@ impl AwsProvider {
             .filter(|i| state_name(i).is_some_and(|s| LIVE_STATES.contains(&s)))
             .cloned()
             .collect();
-        // Instances that are not going first, then oldest first, so that every replica
-        // picks the same one when a race or an outside launch made two.
-        live.sort_by(|a, b| {
-            let key = |i: &Instance| {
-                (
-                    is_gone_or_going(i),
-                    i.launch_time().map(|t| (t.secs(), t.subsec_nanos())),
-                    i.instance_id().map(str::to_owned),
-                )
-            };
-            key(a).cmp(&key(b))
-        });
+        // Instances that are not going first, then in the order of their claims, so that
+        // every replica picks the same one when a race or an outside launch made two.
+        live.sort_by_key(|i| self.claim(name, i));
         Named { all, live, started }
+    }
+
+    /// Where `inst` stands among the live instances of `name`: the least claim keeps the
+    /// name, every other is a duplicate to terminate. Instances being terminated come
+    /// last. Where client tokens are ignored, the oldest launch wins (launch time to
+    /// the second, then instance id), the order every creator's race check uses. Where
+    /// they are honoured, the newest token epoch wins first (a late create yields to a
+    /// rival of a later epoch, and an early one keeps its launch without looking: see
+    /// `token.rs`), instances without a token of ours last; then the oldest. The order
+    /// depends on nothing that changes but the state, so whoever settles, whenever,
+    /// keeps the same instance and terminates only instances that lose to it.
+    fn claim(&self, name: &MachineName, inst: &Instance) -> Claim {
+        let epoch = match self.config.client_tokens {
+            ClientTokens::Ignored => 0,
+            ClientTokens::Honoured => inst
+                .client_token()
+                .and_then(|t| ClientToken::epoch_of(&self.config.owner, name.as_str(), t))
+                .map_or(0, |e| e + 1),
+        };
+        (
+            is_gone_or_going(inst),
+            std::cmp::Reverse(epoch),
+            inst.launch_time().map(|t| (t.secs(), t.subsec_nanos())),
+            inst.instance_id().map(str::to_owned),
+        )
     }
 
     /// After a launch, makes sure one machine carries the name, as cheaply as the
@@ -360,93 +376,143 @@ impl AwsProvider {
         spec: &MachineSpec,
         launched: Instance,
         listed_at: Duration,
-        token: &ClientToken,
     ) -> Result<Machine> {
         if self.config.client_tokens == ClientTokens::Ignored {
-            return self.settle_race(spec, launched).await;
-        }
-        if !token::is_late(listed_at, unix_now()) {
+            // Every launch that could tie with ours on launch time must be visible
+            // before the oldest is chosen (see `RACE_WINDOW`).
+            tokio::time::sleep(RACE_WINDOW).await;
+        } else if token::is_late(listed_at, unix_now()) {
+            // A rival launched under a later epoch's token must be visible.
+            tokio::time::sleep(token::late_wait(
+                self.config.sdk_max_attempts,
+                self.config.attempt_timeout,
+            ))
+            .await;
+        } else {
             return self.machine(&launched, false).await;
         }
-        self.yield_to_later_epoch(spec, launched, token.epoch())
-            .await
+        let named = self.named(&spec.name, Instant::now()).await?;
+        self.keep_one(&spec.name, &named, Some(&launched)).await
     }
 
-    /// A late launch (see `token.rs`): waits until a rival launched under a later
-    /// epoch's token must be visible, then keeps the instance of the newest epoch, and
-    /// terminates its own if that is another.
-    async fn yield_to_later_epoch(
+    /// How long to wait before adopting `inst`, the least claim a listing shows, where
+    /// client tokens are ignored: a rival launched in the same second of launch time
+    /// may rank before it (ties go by instance id) and not be listed yet, and every
+    /// creator of the name keeps that rival after its race check. So an instance is
+    /// adopted once [`RACE_WINDOW`] has passed since the start of its launch second
+    /// (what a creator waits after its own launch), plus [`token::CLOCK_SKEW`] between
+    /// this host and EC2; an older one at once. `None` where tokens are honoured: one
+    /// token epoch launches one instance.
+    fn rivals_may_show(&self, inst: &Instance) -> Option<Duration> {
+        if self.config.client_tokens == ClientTokens::Honoured || is_gone_or_going(inst) {
+            return None;
+        }
+        let launched = u64::try_from(inst.launch_time()?.secs()).ok()?;
+        let settled = Duration::from_secs(launched) + RACE_WINDOW + token::CLOCK_SKEW;
+        let now = unix_now();
+        (now < settled).then(|| settled - now)
+    }
+
+    /// Keeps the instance with the least claim (see [`AwsProvider::claim`]) among the
+    /// name's live instances in `named`, and `launched` (this create's own, which the
+    /// listing may not show yet), and terminates every other one that is not going
+    /// already: duplicates made by a race, from outside, or by a process that died
+    /// before its own race check. Whoever settles keeps the same instance, so a
+    /// process killed at any point leaves no duplicate behind the next create, find or
+    /// delete of the name. Returns the kept machine; with `launched`, that may be
+    /// another controller's instance (our launch is then terminated). When every live
+    /// instance is being terminated, the first of them is returned as it is (Deleting).
+    async fn keep_one(
         &self,
-        spec: &MachineSpec,
-        launched: Instance,
-        epoch: u64,
+        name: &MachineName,
+        named: &Named,
+        launched: Option<&Instance>,
     ) -> Result<Machine> {
-        tokio::time::sleep(token::late_wait(
-            self.config.sdk_max_attempts,
-            self.config.attempt_timeout,
-        ))
-        .await;
-        let named = self.named(&spec.name, Instant::now()).await?;
-        let owner = self.config.owner.as_str();
-        let newer = named
-            .live
+        let mut candidates: Vec<&Instance> = named.live.iter().collect();
+        if let Some(own) = launched
+            && !named
+                .live
+                .iter()
+                .any(|i| i.instance_id() == own.instance_id())
+        {
+            candidates.push(own);
+        }
+        candidates.sort_by_key(|i| self.claim(name, i));
+        let Some(kept) = candidates.first().copied() else {
+            return Err(Error::transient(format!(
+                "machine {name}: no instance of the name is listed"
+            )));
+        };
+        let losers: Vec<&str> = candidates[1..]
             .iter()
             .filter(|i| !is_gone_or_going(i))
-            .filter_map(|i| {
-                let e = ClientToken::epoch_of(owner, spec.name.as_str(), i.client_token()?)?;
-                (e > epoch).then_some((e, i))
-            })
-            // The newest epoch; `live` is oldest first, so the first of it on ties.
-            .fold(None::<(u64, &Instance)>, |best, (e, i)| match best {
-                Some((b, _)) if b >= e => best,
-                _ => Some((e, i)),
-            });
-        let Some((_, winner)) = newer else {
-            let mut m = self.machine(&launched, false).await?;
+            .filter_map(|i| i.instance_id())
+            .collect();
+        let mut m = self.machine(kept, false).await?;
+        if is_gone_or_going(kept) || losers.is_empty() {
             mark_duplicates(&mut m, &named.live);
             return Ok(m);
-        };
-        self.give_way(spec, &launched, winner, &named.live).await
-    }
-
-    /// Terminates our launch `launched` in favour of `winner`, and returns `winner`.
-    async fn give_way(
-        &self,
-        spec: &MachineSpec,
-        launched: &Instance,
-        winner: &Instance,
-        live: &[Instance],
-    ) -> Result<Machine> {
-        if let Some(ours) = launched.instance_id() {
-            tracing::info!(machine = %spec.name, duplicate = ours, kept = winner.instance_id(), "another controller created this name too; terminating our launch");
-            match self.ec2.terminate(ours).await {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e.context(format_args!("terminating duplicate {ours}"))),
-            }
         }
-        let mut m = self.machine(winner, false).await?;
-        mark_duplicates(&mut m, live);
+        tracing::info!(machine = %name, kept = kept.instance_id(), duplicates = ?losers, "terminating duplicates of the machine");
+        self.terminate_ids(&losers)
+            .await
+            .map_err(|e| e.context(format_args!("terminating duplicates {losers:?} of {name}")))?;
+        m.set_condition(
+            C::DUPLICATES,
+            false,
+            C::UNIQUE,
+            format!(
+                "terminated {} duplicate instance(s) of the name: {}",
+                losers.len(),
+                losers.join(", ")
+            ),
+        );
         Ok(m)
     }
 
-    /// On an endpoint that ignores client tokens, after a launch, makes sure one
-    /// machine carries the name: two controllers that both saw the name free may both
-    /// have launched. Every
-    /// creator keeps the oldest instance of the name, the same one on every replica, and
-    /// terminates its own launch if that is not it. It looks only after [`RACE_WINDOW`],
-    /// in a listing started after it (shared with the other creators looking then), so
-    /// that every launch that could tie with ours on launch time is already visible.
-    async fn settle_race(&self, spec: &MachineSpec, launched: Instance) -> Result<Machine> {
-        tokio::time::sleep(RACE_WINDOW).await;
-        let named = self.named(&spec.name, Instant::now()).await?;
-        let Some(winner) = named.live.first().filter(|i| !is_gone_or_going(i)) else {
-            return self.machine(&launched, false).await;
+    /// TerminateInstances for `ids` in one call; when EC2 refuses the batch because one
+    /// of them is gone, one call each. An id that is gone counts as terminated, except
+    /// right after this provider created it (then the not-found is transient). So does
+    /// a refusal (a conflict, or a permanent error) when the instances are all being
+    /// terminated already: two processes settling one name's duplicates at the same
+    /// moment terminate the same instances, and the second may be refused (EC2 with
+    /// `IncorrectInstanceState`, moto with `InvalidAttachment.NotFound`, its volume
+    /// detached by the first).
+    async fn terminate_ids(&self, ids: &[&str]) -> Result<()> {
+        let e = match self.ec2.terminate_all(ids).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
         };
-        if winner.instance_id() == launched.instance_id() {
-            return self.machine(&launched, false).await;
+        if e.kind() == ErrorKind::NotFound && ids.len() > 1 {
+            for t in ids {
+                if let Err(e) = self.ec2.terminate(t).await {
+                    self.refused_termination(&[t], e).await?;
+                }
+            }
+            return Ok(());
         }
-        self.give_way(spec, &launched, winner, &named.live).await
+        self.refused_termination(ids, e).await
+    }
+
+    /// Whether the refused TerminateInstances of `ids` (error `e`) failed only because
+    /// the instances are gone or going already (see [`AwsProvider::terminate_ids`]).
+    async fn refused_termination(&self, ids: &[&str], e: Error) -> Result<()> {
+        match e.kind() {
+            ErrorKind::NotFound if ids.len() == 1 => self.gone(ids[0], Some(e)),
+            ErrorKind::Conflict | ErrorKind::Permanent => {
+                let Ok(found) = self.ec2.describe(ids, &[]).await else {
+                    return Err(e);
+                };
+                let going = ids.iter().all(|id| {
+                    found
+                        .iter()
+                        .find(|i| i.instance_id() == Some(id))
+                        .is_some_and(is_gone_or_going)
+                });
+                if going { Ok(()) } else { Err(e) }
+            }
+            _ => Err(e),
+        }
     }
 
     /// The machine of `inst`, with host keys when discovery is on and it runs.
@@ -594,10 +660,15 @@ impl MachineProvisioner for AwsProvider {
     /// Checks everything it can before any call (spec, settings, image and type form,
     /// tags, user data size), then looks the name up in a listing of the owner's
     /// instances made after the call began (shared with concurrent lookups) and returns
-    /// a live instance it finds (adoption). Otherwise it launches one with RunInstances
-    /// and a ClientToken of owner and name (see `token.rs`): a controller launching the
-    /// same name at the same moment with another spec gets a conflict error, and a
-    /// recreate after a delete continues the token sequence of the instances it sees.
+    /// a live instance it finds (adoption), terminating any duplicate of it (see
+    /// `find`); where tokens are ignored, an instance launched in the last moments is
+    /// adopted only once a rival that could tie with it must be listed. Otherwise it
+    /// launches one with RunInstances and a ClientToken of owner and name (see
+    /// `token.rs`): a controller launching the same name at the same moment with
+    /// another spec gets a conflict error, and a recreate after a delete continues the
+    /// token sequence of the instances it sees. After a launch that may have a rival
+    /// (always where tokens are ignored), it keeps the instance every creator keeps
+    /// and terminates the others, its own launch or a rival's.
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
         let _op = self.view.operation();
         let plan = self.plan(spec, user_data)?;
@@ -611,11 +682,17 @@ impl MachineProvisioner for AwsProvider {
             let answered = Instant::now();
             // A machine being deleted still holds its name (the trait's contract): it
             // is returned, phase Deleting, and the caller creates anew once it is gone.
+            // Duplicates of the adopted instance are terminated: their creator may have
+            // died before its race check.
             if let Some(existing) = named.live.first() {
+                if let Some(wait) = self.rivals_may_show(existing) {
+                    tracing::debug!(machine = %spec.name, instance = existing.instance_id(), wait_ms = wait.as_millis() as u64, "adopting a launch of the last moments: waiting for rivals that may tie with it");
+                    tokio::time::sleep(wait).await;
+                    since = Instant::now();
+                    continue 'lookup;
+                }
                 tracing::debug!(machine = %spec.name, instance = existing.instance_id(), "adopting");
-                let mut m = self.machine(existing, false).await?;
-                mark_duplicates(&mut m, &named.live);
-                return Ok(m);
+                return self.keep_one(&spec.name, &named, None).await;
             }
             let root_device = match &mut root_device {
                 Some(d) => d.clone(),
@@ -697,7 +774,7 @@ impl MachineProvisioner for AwsProvider {
                         self.tokens
                             .insert_all([(spec.name.clone(), token_text.clone())]);
                         tracing::info!(machine = %spec.name, instance = inst.instance_id(), "launched");
-                        return self.settle(spec, inst, listed_at, &token).await;
+                        return self.settle(spec, inst, listed_at).await;
                     }
                     Err(e) if is_token_mismatch(&e) => {
                         // The token is bound to other parameters: an earlier generation
@@ -725,11 +802,9 @@ impl MachineProvisioner for AwsProvider {
                         if let Some(holder) = holder.filter(|i| !is_gone_or_going(i)) {
                             return Err(conflict(spec, &plan, holder, &token_text).with_source(e));
                         }
-                        if let Some(existing) = named.live.first() {
+                        if !named.live.is_empty() {
                             // Launched meanwhile under another token (another epoch).
-                            let mut m = self.machine(existing, false).await?;
-                            mark_duplicates(&mut m, &named.live);
-                            return Ok(m);
+                            return self.keep_one(&spec.name, &named, None).await;
                         }
                         // Held by a terminated instance, listed or no longer listed:
                         // after the newest token of the epoch this lookup shows.
@@ -746,21 +821,20 @@ impl MachineProvisioner for AwsProvider {
         self.machine(&inst, true).await
     }
 
-    /// The oldest live instance of the name (one that is not being terminated, when
-    /// there is one), with the `Duplicates` condition when more than one is live.
+    /// The live instance of the name that holds it (one that is not being terminated,
+    /// when there is one: the oldest, or where client tokens are honoured the newest
+    /// token epoch's; see `AwsProvider::claim`). Any other live instance of the name is
+    /// a duplicate, left by a race, from outside, or by a process that died before its
+    /// race check: it is terminated here (one TerminateInstances), and the machine
+    /// says so in its `Duplicates` condition. No console read: a caller that finds a
+    /// machine may be about to delete it; `get` reads host keys when they are wanted.
     async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
         let _op = self.view.operation();
         let named = self.named(name, Instant::now()).await?;
-        match named.live.first() {
-            Some(inst) => {
-                // No console read: a caller that finds a machine may be about to delete
-                // it; `get` reads host keys when they are wanted.
-                let mut m = self.machine(inst, false).await?;
-                mark_duplicates(&mut m, &named.live);
-                Ok(Some(m))
-            }
-            None => Ok(None),
+        if named.live.is_empty() {
+            return Ok(None);
         }
+        self.keep_one(name, &named, None).await.map(Some)
     }
 
     async fn list(&self, selector: &Labels) -> Result<Vec<Machine>> {
@@ -865,20 +939,7 @@ impl MachineProvisioner for AwsProvider {
             }
         }
         let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
-        match self.ec2.terminate_all(&targets).await {
-            Err(e) if e.kind() == ErrorKind::NotFound && targets.len() > 1 => {
-                // One of them vanished meanwhile: EC2 refused the whole batch.
-                for t in targets {
-                    match self.ec2.terminate(t).await {
-                        Err(e) if e.kind() == ErrorKind::NotFound => self.gone(t, Some(e))?,
-                        other => other?,
-                    }
-                }
-                Ok(())
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => self.gone(iid, Some(e)),
-            other => other,
-        }
+        self.terminate_ids(&targets).await
     }
 
     async fn user_data(&self, id: &ProviderId) -> Result<Option<UserData>> {
@@ -907,12 +968,22 @@ impl MachineProvisioner for AwsProvider {
     }
 }
 
+/// An instance's place among the live instances of its name (see
+/// [`AwsProvider::claim`]): going or not, the reversed token epoch, launch time, id.
+type Claim = (
+    bool,
+    std::cmp::Reverse<u64>,
+    Option<(i64, u32)>,
+    Option<String>,
+);
+
 /// What a listing shows of one name.
 struct Named {
     /// Every instance of the name the listing showed: terminated ones only from
     /// [`AwsProvider::named_in_any_state`].
     all: Vec<Instance>,
-    /// The ones not terminated: those not being terminated first, oldest first.
+    /// The ones not terminated, in the order of their claims to the name (those not
+    /// being terminated first; see [`AwsProvider::claim`]).
     live: Vec<Instance>,
     /// When the listing started.
     started: Instant,

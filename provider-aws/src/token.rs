@@ -179,11 +179,6 @@ impl ClientToken {
         Self::parse(&Self::prefix(owner, name), token).map(|t| t.epoch)
     }
 
-    /// This token's epoch.
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
     /// The token of the next generation.
     pub(crate) fn next(&self) -> ClientToken {
         ClientToken {
@@ -251,7 +246,7 @@ mod tests {
             1_800_000_000,
         );
         assert_eq!(chosen, t.next().next().next());
-        assert_eq!(ClientToken::epoch_of("ci", "web-1", &s), Some(t.epoch()));
+        assert_eq!(ClientToken::epoch_of("ci", "web-1", &s), Some(t.epoch));
         assert_eq!(ClientToken::epoch_of("ci", "web-2", &s), None);
         // A later epoch starts afresh when nothing is visible.
         let later = ClientToken::choose("ci", "web-1", [], 1_800_000_000 + EPOCH_SECS);

@@ -213,10 +213,40 @@ async fn replicas_taking_turns_recreating_a_name_pay_at_most_one_replay_each() {
     );
 }
 
+/// Launches an instance of `owner`'s machine `name` from outside the provider (an
+/// older controller, a console click, a process that died before its race check),
+/// with the library's tags and label `set=dup`; its id.
+async fn launch_from_outside(endpoint: &str, owner: &str, name: &str) -> String {
+    let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
+    let out = common::sdk(endpoint)
+        .await
+        .run_instances()
+        .image_id(common::AMI)
+        .instance_type(InstanceType::T3Micro)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(tag("Name", name))
+                .tags(tag(MANAGED_TAG, "true"))
+                .tags(tag(OWNER_TAG, owner))
+                .tags(tag("machine-provisioning/label/set", "dup"))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    out.instances()[0].instance_id().unwrap().to_owned()
+}
+
+/// A duplicate of a machine, however it came (here launched from outside), is
+/// reported by `list` and terminated by the next `find` or `create` of the name,
+/// which keep the machine every replica keeps (the oldest); a teardown leaves nothing.
 // ComposerSettings is becoming #[non_exhaustive]: a struct literal would not
 // compile outside machine-core, so fields are set on the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn teardown_after_an_injected_duplicate_leaves_nothing_live() {
+async fn find_and_create_terminate_the_duplicates_of_a_name() {
     let moto = Moto::start();
     let owner = common::owner("dup");
     let p = Arc::new(common::provider(&moto.endpoint, &owner).await);
@@ -228,41 +258,13 @@ async fn teardown_after_an_injected_duplicate_leaves_nothing_live() {
     let cancel = CancellationToken::new();
     let spec = common::spec("dup-1").with_label("set", "dup");
     let made = composer.provision(&spec, &cancel).await.unwrap();
+    let kept = made.machine.provider_id.resource_id().to_owned();
+    // A launch in a later second than the machine's: the machine is the older.
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
-    // A duplicate from outside (an older controller, a console click) with the tags.
-    let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
-    common::sdk(&moto.endpoint)
-        .await
-        .run_instances()
-        .image_id(common::AMI)
-        .instance_type(InstanceType::T3Micro)
-        .min_count(1)
-        .max_count(1)
-        .tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::Instance)
-                .tags(tag("Name", "dup-1"))
-                .tags(tag(MANAGED_TAG, "true"))
-                .tags(tag(OWNER_TAG, &owner))
-                .tags(tag("machine-provisioning/label/set", "dup"))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let dup = launch_from_outside(&moto.endpoint, &owner, "dup-1").await;
     assert_eq!(live(&p).await.len(), 2);
-
-    // find and list say so instead of hiding it.
-    let found = p.find(&spec.name).await.unwrap().unwrap();
-    assert_eq!(
-        found.provider_id, made.machine.provider_id,
-        "not the oldest"
-    );
-    let dup = found
-        .condition(C::DUPLICATES)
-        .expect("Duplicates condition");
-    assert!(dup.status, "{dup:?}");
-    assert_eq!(dup.reason, C::DUPLICATES_FOUND);
+    // list reports it, and leaves it to find, create and delete.
     let listed = p
         .list(&Labels::from([("set".into(), "dup".into())]))
         .await
@@ -273,7 +275,34 @@ async fn teardown_after_an_injected_duplicate_leaves_nothing_live() {
             .iter()
             .all(|m| m.condition(C::DUPLICATES).is_some_and(|c| c.status))
     );
+    // find keeps the oldest and terminates the other, saying so.
+    let found = p.find(&spec.name).await.unwrap().unwrap();
+    assert_eq!(found.provider_id.resource_id(), kept, "not the oldest");
+    let said = found
+        .condition(C::DUPLICATES)
+        .expect("Duplicates condition");
+    assert!(!said.status, "{said:?}");
+    assert_eq!(said.reason, C::UNIQUE);
+    assert!(said.message.contains(&dup), "{said:?}");
+    assert_eq!(
+        live(&p).await,
+        vec![("dup-1".to_owned(), kept.clone())],
+        "find left the duplicate running"
+    );
 
+    // A new process's create adopts the machine and terminates a duplicate too.
+    let dup = launch_from_outside(&moto.endpoint, &owner, "dup-1").await;
+    let fresh = common::provider(&moto.endpoint, &owner).await;
+    let adopted = fresh.create(&spec, None).await.unwrap();
+    assert_eq!(adopted.provider_id.resource_id(), kept);
+    assert_eq!(
+        live(&p).await,
+        vec![("dup-1".to_owned(), kept.clone())],
+        "create left the duplicate {dup} running"
+    );
+
+    // And a teardown meeting one leaves nothing of the name.
+    launch_from_outside(&moto.endpoint, &owner, "dup-1").await;
     composer.deprovision(&spec.name, &cancel).await.unwrap();
     assert_eq!(live(&p).await, Vec::new(), "an instance of the name leaked");
 }
@@ -370,4 +399,183 @@ async fn concurrent_creators_with_honoured_tokens_share_one_instance_without_set
         (names * controllers.len()) as u64,
         "a create looked the name up again after its launch"
     );
+}
+
+/// Two controllers create the same names at once on an endpoint that ignores client
+/// tokens (both launch, and each settles by the oldest launch after its race window);
+/// one of them is killed (its create future and its provider dropped) after its
+/// launch and before its race check, at a point spread over that window. The
+/// survivor's create alone must leave one instance per name standing: when the
+/// survivor's own launch is the older, it must terminate the dead controller's too,
+/// since nobody else will. Then a new process's `find` sees one, and no duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_controller_killed_inside_its_race_window_leaves_no_duplicate() {
+    let moto = Moto::start();
+    // Both controllers' first listings answer with the state of 1.5 s before, so both
+    // show the names free and both launch: the race, not left to the scheduler.
+    let lagging = || Faults {
+        listing_lag: Duration::from_millis(1500),
+        ..Faults::default()
+    };
+    let owner = common::owner("killed");
+    let survivor_proxy = FaultProxy::start(moto.addr, lagging(), 21).await;
+    survivor_proxy.ignore_client_tokens();
+    // Kill points from right after the launch was carried out to the end of the
+    // 1.5 s window that follows it, one name each.
+    let names = 10;
+    let mut races = tokio::task::JoinSet::new();
+    let mut doomed_proxies = Vec::new();
+    for i in 0..names {
+        let spec = common::spec(&format!("killed-{i:02}"));
+        let kill_after = Duration::from_millis(150 * i as u64);
+        // A proxy per doomed controller, so that its launch is seen to be carried out.
+        let proxy = Arc::new(FaultProxy::start(moto.addr, lagging(), 30 + i as u64).await);
+        proxy.ignore_client_tokens();
+        doomed_proxies.push(proxy.clone());
+        let doomed = common::provider(&proxy.endpoint, &owner).await;
+        // A controller per name on each side, so that no name waits for another's
+        // lookup (a provider batches its lookups) and sees the doomed launch.
+        let survivor = common::provider(&survivor_proxy.endpoint, &owner).await;
+        races.spawn(async move {
+            let survivor_create = {
+                let spec = spec.clone();
+                tokio::spawn(async move { survivor.create(&spec, None).await })
+            };
+            let mut create = Box::pin(doomed.create(&spec, None));
+            let kill_point = async {
+                while proxy.forwarded("RunInstances") == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                tokio::time::sleep(kill_after).await;
+            };
+            tokio::select! {
+                r = &mut create => panic!("{}: the doomed create ended before its kill point: {r:?}", spec.name),
+                () = kill_point => {}
+            }
+            // The process dies: its future and its provider go, nothing else.
+            drop(create);
+            drop(doomed);
+            let kept = survivor_create
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{}: the survivor's create: {e}", spec.name));
+            (spec.name.to_string(), kept.provider_id.resource_id().to_owned())
+        });
+    }
+    let told: HashMap<String, String> = races.join_all().await.into_iter().collect();
+    for p in &doomed_proxies {
+        assert_eq!(
+            p.forwarded("RunInstances"),
+            1,
+            "every doomed controller launched"
+        );
+    }
+    // Both lookups of a name are made at once and both answers lag, so the survivor
+    // launches too; a scheduler stalling one side past the other's launch makes it
+    // adopt instead, which only takes that name out of the race.
+    let raced = survivor_proxy.forwarded("RunInstances");
+    assert!(
+        raced * 2 >= names,
+        "only {raced} of {names} names raced: the test proves nothing"
+    );
+    // What moto holds once the survivor is done, before anyone looks again.
+    let direct = common::provider(&moto.endpoint, &owner).await;
+    let standing = live(&direct).await;
+    let mut per_name: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (name, id) in &standing {
+        per_name.entry(name).or_default().push(id);
+    }
+    let duplicated: Vec<_> = per_name.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(
+        duplicated.is_empty(),
+        "duplicates left running after the survivor finished: {duplicated:?}"
+    );
+    assert_eq!(
+        per_name.len(),
+        names,
+        "names without a machine: {standing:?}"
+    );
+    for (name, id) in &told {
+        assert_eq!(
+            per_name.get(name.as_str()),
+            Some(&vec![id.as_str()]),
+            "{name}: the survivor was told another instance than the one standing"
+        );
+        let found = direct
+            .find(&machine_core::MachineName::new(name.as_str()).unwrap())
+            .await
+            .unwrap()
+            .expect("found");
+        assert_eq!(found.provider_id.resource_id(), id, "{name}");
+    }
+}
+
+/// Two processes settling a name's duplicate at the same moment both terminate it, and
+/// the second may be refused (moto answers `InvalidAttachment.NotFound` when the first
+/// just detached the volume; EC2 `IncorrectInstanceState`): a refusal for an instance
+/// that is going already is success, not a failed `find`. A refusal for one that still
+/// runs is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_terminated_meanwhile_by_another_process_is_settled() {
+    let moto = Moto::start();
+    let owner = common::owner("settled");
+    let p = common::provider(&moto.endpoint, &owner).await;
+    let spec = common::spec("settled-1").with_label("set", "dup");
+    let kept = p.create(&spec, None).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The find's lookup answers with the state of 1.5 s before it arrives.
+    let proxy = FaultProxy::start(
+        moto.addr,
+        Faults {
+            listing_lag: Duration::from_millis(1500),
+            ..Faults::default()
+        },
+        23,
+    )
+    .await;
+    proxy.ignore_client_tokens();
+    let finder = common::provider(&proxy.endpoint, &owner).await;
+
+    for (other_process_terminates, code) in [
+        (true, "InvalidAttachment.NotFound"),
+        (true, "IncorrectInstanceState"),
+        (false, "InvalidAttachment.NotFound"),
+    ] {
+        let dup = launch_from_outside(&moto.endpoint, &owner, "settled-1").await;
+        proxy.script("TerminateInstances", 400, code, 1);
+        let find = finder.find(&spec.name);
+        let other = async {
+            // Once the find's lookup has seen the duplicate live.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if other_process_terminates {
+                common::sdk(&moto.endpoint)
+                    .await
+                    .terminate_instances()
+                    .instance_ids(&dup)
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        };
+        let (found, ()) = tokio::join!(find, other);
+        if other_process_terminates {
+            let found = found
+                .unwrap_or_else(|e| panic!("{code}: {e}"))
+                .expect("found");
+            assert_eq!(found.provider_id, kept.provider_id, "{code}");
+        } else {
+            let e = found.expect_err("a refused termination of a running duplicate");
+            assert!(e.to_string().contains(code), "{e}");
+            // The next find settles it.
+            finder.find(&spec.name).await.unwrap();
+        }
+        assert_eq!(
+            live(&p).await,
+            vec![(
+                "settled-1".to_owned(),
+                kept.provider_id.resource_id().to_owned()
+            )],
+            "{code}"
+        );
+    }
 }

@@ -130,7 +130,13 @@ async fn ec2_error_codes_reach_callers_with_their_kinds() {
         (
             500,
             "InsufficientInstanceCapacity",
-            ErrorKind::Transient,
+            ErrorKind::InsufficientCapacity,
+            None,
+        ),
+        (
+            400,
+            "InsufficientFreeAddressesInSubnet",
+            ErrorKind::InsufficientCapacity,
             None,
         ),
         (500, "InternalError", ErrorKind::Transient, None),
@@ -227,6 +233,15 @@ async fn retries_do_not_multiply() {
     // And each retried create looked the name up first.
     assert_eq!(proxy.seen("DescribeInstances"), 4);
 
+    // Nor is a capacity answer: the same launch meets it again for minutes, and the
+    // caller may choose another type or zone.
+    proxy.clear_scripts();
+    proxy.script("RunInstances", 500, "InsufficientInstanceCapacity", 100);
+    let before = proxy.seen("RunInstances");
+    let e = p.create(&common::spec("m-3"), None).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InsufficientCapacity, "{e}");
+    assert_eq!(proxy.seen("RunInstances"), before + 1);
+
     // A permanent error is not retried at all.
     proxy.clear_scripts();
     proxy.script("RunInstances", 400, "InvalidAMIID.NotFound", 1);
@@ -292,4 +307,75 @@ async fn not_found_right_after_create_is_retried_and_later_is_not_found() {
         ErrorKind::NotFound
     );
     short.delete(&m2.provider_id).await.unwrap();
+}
+
+/// An answer cut short (its XML document never closes: a proxy or a load balancer lost
+/// the rest) is transient for every call, never taken for a shorter answer (fewer
+/// instances, no tags, no user data) nor for a permanent failure; through `Retrying`
+/// each call then succeeds, and a create whose lookup or launch answer was cut makes
+/// exactly one instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_answers_are_transient_everywhere() {
+    let moto = Moto::start();
+    let proxy = FaultProxy::start(moto.addr, Faults::default(), 6).await;
+    let owner = common::owner("cut");
+    let p = common::provider_via_proxy(&proxy.endpoint, &owner).await;
+    let ud = machine_core::UserData::new(
+        machine_core::UserDataFormat::CloudConfig,
+        "#cloud-config\nruncmd:\n  - echo cut\n",
+    );
+    let m = p.create(&common::spec("cut-0"), Some(&ud)).await.unwrap();
+    let name = m.name.clone();
+    let id = m.provider_id.clone();
+
+    // Bare: each call's error is transient.
+    let transient = |what: &str, r: machine_core::Result<()>| match r {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Transient, "{what}: {e}"),
+        Ok(()) => panic!("{what}: a cut answer was taken for a whole one"),
+    };
+    proxy.truncate("DescribeInstances", 1);
+    let r = p.create(&common::spec("cut-1"), None).await;
+    transient("create, its lookup cut", r.map(drop));
+    proxy.truncate("RunInstances", 1);
+    let r = p.create(&common::spec("cut-2"), None).await;
+    transient("create, its launch cut", r.map(drop));
+    proxy.truncate("DescribeInstances", 1);
+    transient("get", p.get(&id).await.map(drop));
+    proxy.truncate("DescribeInstances", 1);
+    transient("find", p.find(&name).await.map(drop));
+    proxy.truncate("DescribeInstances", 1);
+    transient("list", p.list(&Labels::new()).await.map(drop));
+    proxy.truncate("DescribeInstanceAttribute", 1);
+    transient("user_data", p.user_data(&id).await.map(drop));
+    proxy.truncate("GetConsoleOutput", 1);
+    transient("console_output", p.console_output(&id).await.map(drop));
+
+    // Through Retrying: every call succeeds with the whole answer.
+    let r = Retrying::new(p, quick_retries(3));
+    proxy.truncate("DescribeInstances", 1);
+    assert_eq!(r.find(&name).await.unwrap().unwrap().provider_id, id);
+    proxy.truncate("DescribeInstances", 1);
+    assert_eq!(r.get(&id).await.unwrap().provider_id, id);
+    proxy.truncate("DescribeInstanceAttribute", 1);
+    let back = r.user_data(&id).await.unwrap().expect("user data");
+    assert_eq!(back.decoded().unwrap(), ud.bytes);
+    for (action, n) in [("DescribeInstances", 3), ("RunInstances", 4)] {
+        let spec = common::spec(&format!("cut-{n}"));
+        proxy.truncate(action, 1);
+        r.create(&spec, None)
+            .await
+            .unwrap_or_else(|e| panic!("create with a cut {action}: {e}"));
+    }
+    proxy.truncate("TerminateInstances", 1);
+    r.delete(&id).await.unwrap();
+    assert!(matches!(
+        r.get(&id).await.unwrap().phase,
+        Phase::Deleting | Phase::Deleted
+    ));
+    // One instance per name ever launched, cut answers or not: cut-2's launch took
+    // effect though its answer was cut.
+    let mut held = common::moto_instances(&moto.endpoint, &owner).await;
+    held.sort();
+    let names: Vec<&str> = held.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["cut-0", "cut-2", "cut-3", "cut-4"], "{held:?}");
 }

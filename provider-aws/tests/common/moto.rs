@@ -56,6 +56,22 @@ impl Moto {
         Moto::start_with(&[])
     }
 
+    /// A moto with its defaults shared by the tests of one binary that run meanwhile:
+    /// the one a running test holds, else a new one. It is killed when the last test
+    /// holding it drops it, so none outlives the tests. For tests that keep to their
+    /// own owner and names (every instance they look at carries them): starting moto
+    /// and its first EC2 answer cost about 2 s of CPU, more than most such tests.
+    pub fn shared() -> Arc<Moto> {
+        static SHARED: Mutex<std::sync::Weak<Moto>> = Mutex::new(std::sync::Weak::new());
+        let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(moto) = shared.upgrade() {
+            return moto;
+        }
+        let moto = Arc::new(Moto::start());
+        *shared = Arc::downgrade(&moto);
+        moto
+    }
+
     /// Starts moto with extra environment (`MOTO_ENABLE_AMI_VALIDATION=true`).
     ///
     /// # Panics

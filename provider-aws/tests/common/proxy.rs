@@ -210,10 +210,20 @@ enum Fault {
     Delay,
 }
 
+/// What a script answers instead of moto.
+#[derive(Debug, Clone)]
+enum Scripted {
+    /// An EC2 error document with this HTTP status and code, without reaching moto.
+    Error { status: u16, code: String },
+    /// moto's answer cut short: the request takes effect, the client gets the first
+    /// half of the body, framed as a whole answer (a proxy or load balancer that lost
+    /// the rest). Unreadable XML to the client.
+    Truncated,
+}
+
 struct Script {
     action: String,
-    status: u16,
-    code: String,
+    answer: Scripted,
     times: usize,
 }
 
@@ -240,6 +250,8 @@ struct State {
     buckets: Mutex<Option<Buckets>>,
     /// Requests refused by a bucket, by action.
     throttled: Mutex<HashMap<String, usize>>,
+    /// Whether RunInstances gets EC2's client-token semantics (else moto's: none).
+    honour_tokens: std::sync::atomic::AtomicBool,
 }
 
 /// What a client token is bound to.
@@ -283,6 +295,7 @@ impl FaultProxy {
             filtered: AtomicU64::new(0),
             buckets: Mutex::new(None),
             throttled: Mutex::new(HashMap::new()),
+            honour_tokens: std::sync::atomic::AtomicBool::new(true),
         });
         let st = state.clone();
         let task = tokio::spawn(async move {
@@ -304,6 +317,12 @@ impl FaultProxy {
         }
     }
 
+    /// From now on passes RunInstances' client token to moto untouched, which ignores
+    /// it: every launch launches, as on an endpoint declared `clientTokens: ignored`.
+    pub fn ignore_client_tokens(&self) {
+        self.state.honour_tokens.store(false, Ordering::SeqCst);
+    }
+
     /// Replaces the fault rates (zero them to let everything through).
     pub fn set_faults(&self, faults: Faults) {
         *self.state.faults.lock().unwrap() = faults;
@@ -315,8 +334,21 @@ impl FaultProxy {
     pub fn script(&self, action: &str, status: u16, code: &str, times: usize) {
         self.state.scripts.lock().unwrap().push(Script {
             action: action.to_owned(),
-            status,
-            code: code.to_owned(),
+            answer: Scripted::Error {
+                status,
+                code: code.to_owned(),
+            },
+            times,
+        });
+    }
+
+    /// Forwards the next `times` requests of `action` to moto and answers each with the
+    /// first half of moto's answer, as a complete HTTP response: the request took
+    /// effect, and its answer cannot be read. Scripts win over random faults.
+    pub fn truncate(&self, action: &str, times: usize) {
+        self.state.scripts.lock().unwrap().push(Script {
+            action: action.to_owned(),
+            answer: Scripted::Truncated,
             times,
         });
     }
@@ -427,16 +459,15 @@ impl State {
     /// The scripted answer for this request, if any. EC2 answers
     /// `InvalidInstanceID.*` only to requests naming instance ids, never to a listing
     /// by filters, so such a script waits for a request that names one.
-    fn scripted(&self, action: &str, body: &[u8]) -> Option<(u16, String)> {
+    fn scripted(&self, action: &str, body: &[u8]) -> Option<Scripted> {
         let names_ids = std::str::from_utf8(body).is_ok_and(|b| b.contains("InstanceId."));
         let mut scripts = self.scripts.lock().unwrap();
         let s = scripts.iter_mut().find(|s| {
-            s.action == action
-                && s.times > 0
-                && (names_ids || !s.code.starts_with("InvalidInstanceID"))
+            let by_id_only = matches!(&s.answer, Scripted::Error { code, .. } if code.starts_with("InvalidInstanceID"));
+            s.action == action && s.times > 0 && (names_ids || !by_id_only)
         })?;
         s.times -= 1;
-        Some((s.status, s.code.clone()))
+        Some(s.answer.clone())
     }
 }
 
@@ -504,11 +535,15 @@ async fn handle(
         *st.throttled.lock().unwrap().entry(action).or_default() += 1;
         return Ok(ec2_error(503, "RequestLimitExceeded"));
     }
-    if let Some((status, code)) = st.scripted(&action, &body) {
+    let scripted = st.scripted(&action, &body);
+    if scripted.is_some() {
         st.injected.fetch_add(1, Ordering::SeqCst);
-        return Ok(ec2_error(status, &code));
     }
-    let fault = st.draw();
+    if let Some(Scripted::Error { status, code }) = &scripted {
+        return Ok(ec2_error(*status, code));
+    }
+    let truncate = matches!(scripted, Some(Scripted::Truncated));
+    let fault = if truncate { Fault::None } else { st.draw() };
     if fault != Fault::None {
         st.injected.fetch_add(1, Ordering::SeqCst);
     }
@@ -523,9 +558,35 @@ async fn handle(
         Fault::None | Fault::DropAfter => {}
     }
 
+    // What moto is sent is carried out whatever becomes of the client: a client that
+    // goes away (a dropped future, a killed process) must not undo a launch's token
+    // binding, as EC2 binds a token with the launch itself.
+    tokio::spawn(forward(
+        st,
+        parts,
+        body,
+        action,
+        fault,
+        truncate,
+        filtered_listing,
+    ))
+    .await
+    .map_err(io::Error::other)?
+}
+
+/// The part of [`handle`] that reaches moto (or a token's binding) and answers.
+async fn forward(
+    st: Arc<State>,
+    parts: hyper::http::request::Parts,
+    body: Bytes,
+    action: String,
+    fault: Fault,
+    truncate: bool,
+    filtered_listing: bool,
+) -> Result<Response<Full<Bytes>>, io::Error> {
     // Real EC2's ClientToken: the first launch with a token binds it; a repeat gets the
     // first answer or a mismatch, without reaching moto.
-    let token = (action == "RunInstances")
+    let token = (action == "RunInstances" && st.honour_tokens.load(Ordering::SeqCst))
         .then(|| form_value(&body, "ClientToken").map(str::to_owned))
         .flatten();
     let slot = token.as_ref().map(|t| {
@@ -602,5 +663,69 @@ async fn handle(
         let lag = st.faults.lock().unwrap().listing_lag;
         tokio::time::sleep(lag).await;
     }
-    Ok(Response::from_parts(rparts, Full::new(rbody)))
+    let rbody = if truncate {
+        rbody.slice(..rbody.len() / 2)
+    } else {
+        rbody
+    };
+    let mut response = Response::from_parts(rparts, Full::new(rbody.clone()));
+    // The length of what is sent, so that the answer is whole to HTTP and cut to XML.
+    response.headers_mut().insert(
+        hyper::header::CONTENT_LENGTH,
+        hyper::header::HeaderValue::from(rbody.len()),
+    );
+    Ok(response)
+}
+
+/// The conformance suite's [`FaultHook`](machine_core::conformance::FaultHook) on a
+/// proxy: while a fault is injected, every RunInstances is answered with EC2's own
+/// error document for it (the code and HTTP status EC2 sends), without reaching moto.
+pub struct Ec2Faults {
+    proxy: Arc<FaultProxy>,
+    /// The proxy's count of injected faults when the current fault was injected.
+    since: AtomicU64,
+}
+
+impl Ec2Faults {
+    /// A hook on `proxy`.
+    pub fn new(proxy: Arc<FaultProxy>) -> Ec2Faults {
+        Ec2Faults {
+            proxy,
+            since: AtomicU64::new(0),
+        }
+    }
+
+    /// EC2's answer to a launch refused with `fault`: HTTP status and error code.
+    fn answer(fault: machine_core::conformance::BackendFault) -> Option<(u16, &'static str)> {
+        use machine_core::conformance::BackendFault as F;
+        match fault {
+            F::Quota => Some((400, "InstanceLimitExceeded")),
+            F::Capacity => Some((500, "InsufficientInstanceCapacity")),
+            F::Permission => Some((403, "UnauthorizedOperation")),
+            F::Throttle => Some((503, "RequestLimitExceeded")),
+            _ => None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl machine_core::conformance::FaultHook for Ec2Faults {
+    fn supports(&self, fault: machine_core::conformance::BackendFault) -> bool {
+        Ec2Faults::answer(fault).is_some()
+    }
+
+    async fn inject(&self, fault: machine_core::conformance::BackendFault) {
+        let (status, code) = Ec2Faults::answer(fault).expect("a supported fault");
+        self.proxy.clear_scripts();
+        self.since.store(self.proxy.injected(), Ordering::SeqCst);
+        self.proxy.script("RunInstances", status, code, usize::MAX);
+    }
+
+    async fn clear(&self) {
+        self.proxy.clear_scripts();
+    }
+
+    fn answered(&self) -> u64 {
+        self.proxy.injected() - self.since.load(Ordering::SeqCst)
+    }
 }
