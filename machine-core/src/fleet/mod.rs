@@ -486,7 +486,8 @@ pub struct FleetStatus {
     pub ready: u32,
     /// Machines made from the template's revision with every decoupled layer as it is now.
     pub updated: u32,
-    /// Machines Ready, updated, healthy and not being updated: what serves.
+    /// Machines Ready, healthy and not being updated: what serves (an outdated machine
+    /// serves until its replacement does).
     pub available: u32,
     /// `replicas` asked minus `available`, never below zero.
     pub unavailable: u32,

@@ -120,18 +120,26 @@ struct Member {
     ready: bool,
     layers: Layers,
     unhealthy: Option<String>,
+    /// Its probe fails, not yet for long enough to make it unhealthy.
+    probe_failing: bool,
     updating: bool,
     created: Option<SystemTime>,
 }
 
 impl Member {
+    /// Serving: Ready, healthy and not being updated, whatever its revision (an
+    /// outdated machine serves until its replacement does).
     fn available(&self) -> bool {
-        self.ready
-            && self.coupled_current
-            && self.layers == Layers::Current
-            && self.unhealthy.is_none()
-            && !self.updating
+        self.ready && self.unhealthy.is_none() && !self.updating
     }
+}
+
+/// The end of a composer step on one machine.
+struct Stepped {
+    name: MachineName,
+    in_place: bool,
+    expected_layers: Vec<Option<String>>,
+    result: Result<Option<Machine>>,
 }
 
 /// What a step decided so far: machines to delete (once each), work, and why.
@@ -169,12 +177,7 @@ enum Work {
 
 enum Outcome {
     Deleted(MachineName, Result<()>),
-    Stepped {
-        name: MachineName,
-        in_place: bool,
-        expected_layers: Vec<Option<String>>,
-        result: Result<Option<Machine>>,
-    },
+    Stepped(Box<Stepped>),
     Verified(MachineName, Result<bool>),
     Probed(MachineName, bool),
 }
@@ -376,6 +379,7 @@ impl FleetReconciler {
                 None
             };
             let updating = seen.is_some_and(|s| s.updating);
+            let probe_failing = seen.is_some_and(|s| s.probe_failing_since.is_some());
             drop(memo);
             members.push(Member {
                 m,
@@ -387,6 +391,7 @@ impl FleetReconciler {
                 ready,
                 layers,
                 unhealthy,
+                probe_failing,
                 updating,
                 created,
             });
@@ -688,7 +693,8 @@ impl FleetReconciler {
             mut decisions,
             ..
         } = plan;
-        let busy = !work.is_empty();
+        // Probes are looking, not changing: a fleet that only probes is steady.
+        let busy = work.iter().any(|w| !matches!(w, Work::Probe(_)));
         let errors = self.run(work, &members, &template_revision).await;
         decisions.extend(errors);
         for d in &decisions {
@@ -712,7 +718,9 @@ impl FleetReconciler {
             },
             format!("{available} of {replicas} available; at least {floor} wanted"),
         );
-        let steady = !busy && available == replicas && live == replicas;
+        // A failing probe is watched closely until it passes or the machine is replaced.
+        let watching = members.iter().any(|m| !m.deleting && m.probe_failing);
+        let steady = !busy && !watching && available == replicas && live == replicas;
         set_condition(
             FC::PROGRESSING,
             !steady,
@@ -798,12 +806,12 @@ impl FleetReconciler {
                         (Ok(Some(m)), None) => self.expected_layers(m),
                         _ => Vec::new(),
                     };
-                    Outcome::Stepped {
+                    Outcome::Stepped(Box::new(Stepped {
                         name: spec.name,
                         in_place,
                         expected_layers,
                         result,
-                    }
+                    }))
                 })
             }
             Work::Verify(m, expected_layers) => Box::pin(async move {
@@ -867,58 +875,61 @@ impl FleetReconciler {
                 memo.machines.remove(&name);
                 r.err().map(|e| format!("delete {name} failed: {e}"))
             }
-            Outcome::Stepped {
-                name,
-                in_place,
-                expected_layers,
-                result,
-            } => match result {
-                Ok(Some(m)) => {
-                    let seen = memo
-                        .machines
-                        .entry(name.clone())
-                        .or_insert_with(|| Seen::new(m.provider_id.clone()));
-                    if seen.provider_id != m.provider_id {
-                        *seen = Seen::new(m.provider_id.clone());
-                    }
-                    let failed = m.phase == Phase::Failed;
-                    if m.phase == Phase::Ready {
-                        seen.applied = Some(expected_layers);
-                        seen.updating = false;
-                    } else if in_place {
-                        seen.updating = true;
-                    }
-                    let why = m.failure.as_ref().map(|f| f.message.clone());
-                    seen.last = Some(m);
-                    if failed && memo.paused.is_none() {
-                        let why = format!(
-                            "{name} failed: {}",
-                            why.unwrap_or_else(|| "no reason given".into())
-                        );
-                        memo.paused = Some((template.to_owned(), why.clone()));
-                        return Some(why);
-                    }
-                    None
-                }
-                Ok(None) => None,
-                Err(e) => {
-                    let line = format!("{name}: {e}");
-                    if !e.is_retryable()
-                        && e.kind() != ErrorKind::Cancelled
-                        && memo.paused.is_none()
-                    {
-                        // A layer that fails on a machine will fail on the next one too.
-                        memo.paused = Some((template.to_owned(), line.clone()));
-                        if let Some(seen) = memo.machines.get_mut(&name) {
+            Outcome::Stepped(stepped) => {
+                let Stepped {
+                    name,
+                    in_place,
+                    expected_layers,
+                    result,
+                } = *stepped;
+                match result {
+                    Ok(Some(m)) => {
+                        let seen = memo
+                            .machines
+                            .entry(name.clone())
+                            .or_insert_with(|| Seen::new(m.provider_id.clone()));
+                        if seen.provider_id != m.provider_id {
+                            *seen = Seen::new(m.provider_id.clone());
+                        }
+                        let failed = m.phase == Phase::Failed;
+                        if m.phase == Phase::Ready {
+                            seen.applied = Some(expected_layers);
                             seen.updating = false;
-                            if let Some(last) = &mut seen.last {
-                                last.fail("UpdateFailed", e.to_string());
+                        } else if in_place {
+                            seen.updating = true;
+                        }
+                        let why = m.failure.as_ref().map(|f| f.message.clone());
+                        seen.last = Some(m);
+                        if failed && memo.paused.is_none() {
+                            let why = format!(
+                                "{name} failed: {}",
+                                why.unwrap_or_else(|| "no reason given".into())
+                            );
+                            memo.paused = Some((template.to_owned(), why.clone()));
+                            return Some(why);
+                        }
+                        None
+                    }
+                    Ok(None) => None,
+                    Err(e) => {
+                        let line = format!("{name}: {e}");
+                        if !e.is_retryable()
+                            && e.kind() != ErrorKind::Cancelled
+                            && memo.paused.is_none()
+                        {
+                            // A layer that fails on a machine will fail on the next one too.
+                            memo.paused = Some((template.to_owned(), line.clone()));
+                            if let Some(seen) = memo.machines.get_mut(&name) {
+                                seen.updating = false;
+                                if let Some(last) = &mut seen.last {
+                                    last.fail("UpdateFailed", e.to_string());
+                                }
                             }
                         }
+                        Some(line)
                     }
-                    Some(line)
                 }
-            },
+            }
             Outcome::Verified(name, r) => match r {
                 Ok(true) => {
                     // Seen running with a changed layer: Ready with the layers it had,

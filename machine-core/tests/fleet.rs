@@ -1,0 +1,441 @@
+//! The fleet reconciler on the simulator: scale, rollouts in place and by replacement,
+//! health remediation and its bound, bad input, and a controller killed at random points
+//! of its steps.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use machine_core::decorators::{FaultConfig, FaultInjecting};
+use machine_core::fleet::{
+    DeletePolicy, FleetReconciler, HealthCheck, IntOrPercent, MachineSet, Probe, Rollout,
+    SET_LABEL, conditions,
+};
+use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
+use machine_core::steps::{Step, StepLayer};
+use machine_core::{
+    Composer, ComposerSettings, ErrorKind, Labels, Machine, MachineName, MachineProvisioner,
+    MachineSpec, Phase, SentinelFile,
+};
+
+fn template() -> MachineSpec {
+    MachineSpec::new(MachineName::new("web").unwrap()).with_image("debian-12")
+}
+
+fn layer(name: &str, content: &str) -> Arc<StepLayer> {
+    Arc::new(
+        StepLayer::new(
+            name,
+            vec![Step::write_file(format!("/etc/{name}"), content)],
+        )
+        .unwrap(),
+    )
+}
+
+struct Fleet {
+    cloud: SimCloud,
+    provider: Arc<dyn MachineProvisioner>,
+}
+
+impl Fleet {
+    fn new() -> Self {
+        let cloud = SimCloud::new();
+        let provider = Arc::new(SimProvider::new(cloud.clone(), SimConfig::default()).unwrap());
+        Fleet { cloud, provider }
+    }
+
+    fn composer(&self, base: &str, app: &str) -> Composer {
+        Composer::builder(self.provider.clone())
+            .coupled(layer("base", base))
+            .decoupled(layer("app", app))
+            .connector(Arc::new(SimConnector::new(self.cloud.clone())))
+            .completion(Arc::new(SentinelFile::default()))
+            .settings(ComposerSettings::default().with_poll_interval(Duration::from_millis(1)))
+            .build()
+            .unwrap()
+    }
+
+    async fn machines(&self) -> Vec<Machine> {
+        self.provider
+            .list(&Labels::from([(SET_LABEL.to_owned(), "web".to_owned())]))
+            .await
+            .unwrap()
+    }
+}
+
+/// Steps until nothing is left to do (at most `max` steps); every step's status is
+/// passed to `each`.
+async fn converge(
+    r: &FleetReconciler,
+    max: usize,
+    mut each: impl FnMut(&machine_core::fleet::FleetStatus),
+) -> usize {
+    for step in 1..=max {
+        let done = r.reconcile().await.unwrap();
+        if std::env::var("FLEET_DEBUG").is_ok() {
+            eprintln!(
+                "step {step}: {:?} {:?}",
+                done.decisions,
+                (
+                    done.status.replicas,
+                    done.status.available,
+                    done.status.updated
+                )
+            );
+        }
+        each(&done.status);
+        let progressing = done.status.condition(conditions::PROGRESSING).unwrap();
+        if !progressing.status {
+            return step;
+        }
+    }
+    panic!("the fleet did not converge in {max} steps");
+}
+
+fn set(replicas: u32) -> MachineSet {
+    MachineSet::new("web", replicas, template())
+}
+
+#[tokio::test]
+async fn a_set_scales_up_and_down_with_stable_names() {
+    let f = Fleet::new();
+    let r = FleetReconciler::new(f.composer("b1", "a1"), set(5)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    let names: BTreeSet<String> = f
+        .machines()
+        .await
+        .iter()
+        .map(|m| m.name.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        (0..5)
+            .map(|s| format!("web-{s}-0"))
+            .collect::<BTreeSet<_>>()
+    );
+    let done = r.reconcile().await.unwrap();
+    assert_eq!(done.status.available, 5);
+    assert_eq!(done.status.updated, 5);
+    assert!(done.decisions.is_empty(), "{:?}", done.decisions);
+
+    let mut r = r;
+    r.update(
+        f.composer("b1", "a1"),
+        set(2).with_delete_policy(DeletePolicy::Newest),
+    )
+    .unwrap();
+    converge(&r, 20, |_| {}).await;
+    let left: Vec<Machine> = f
+        .machines()
+        .await
+        .into_iter()
+        .filter(|m| !m.phase.is_deleting())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+}
+
+#[tokio::test]
+async fn a_coupled_change_replaces_every_machine_never_below_the_floor() {
+    let f = Fleet::new();
+    let rollout = Rollout::default()
+        .with_max_surge(IntOrPercent::Int(1))
+        .with_max_unavailable(IntOrPercent::Int(0));
+    let mut r = FleetReconciler::new(f.composer("b1", "a1"), set(4).with_rollout(rollout)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    let before: BTreeSet<_> = f
+        .machines()
+        .await
+        .into_iter()
+        .map(|m| m.provider_id)
+        .collect();
+
+    r.update(f.composer("b2", "a1"), set(4).with_rollout(rollout))
+        .unwrap();
+    let mut lowest = u32::MAX;
+    let mut most = 0;
+    let steps = converge(&r, 200, |s| {
+        lowest = lowest.min(s.available);
+        most = most.max(s.replicas);
+    })
+    .await;
+    assert!(steps > 4, "converged in {steps} steps");
+    assert_eq!(
+        lowest, 4,
+        "availability went below replicas - maxUnavailable"
+    );
+    assert!(most <= 5, "more than replicas + maxSurge machines: {most}");
+    let after: Vec<Machine> = f
+        .machines()
+        .await
+        .into_iter()
+        .filter(|m| !m.phase.is_deleting())
+        .collect();
+    assert_eq!(after.len(), 4);
+    for m in &after {
+        assert!(
+            !before.contains(&m.provider_id),
+            "{} was not replaced",
+            m.name
+        );
+        assert!(
+            m.name.as_str().ends_with("-1"),
+            "a new generation: {}",
+            m.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_decoupled_change_is_applied_in_place_one_machine_at_a_time() {
+    let f = Fleet::new();
+    let rollout = Rollout::default().with_max_unavailable(IntOrPercent::Int(0));
+    let mut r = FleetReconciler::new(f.composer("b1", "a1"), set(3).with_rollout(rollout)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    let before: BTreeMap<_, _> = f
+        .machines()
+        .await
+        .into_iter()
+        .map(|m| (m.name.clone(), m.provider_id))
+        .collect();
+
+    r.update(f.composer("b1", "a2"), set(3).with_rollout(rollout))
+        .unwrap();
+    let mut updates = 0;
+    for _ in 0..50 {
+        let done = r.reconcile().await.unwrap();
+        let now = done
+            .decisions
+            .iter()
+            .filter(|d| d.starts_with("update") && d.contains("in place"))
+            .count();
+        assert!(
+            now <= 1,
+            "more than one machine updated at once: {:?}",
+            done.decisions
+        );
+        assert!(
+            !done
+                .decisions
+                .iter()
+                .any(|d| d.starts_with("create") || d.starts_with("delete")),
+            "a decoupled change replaced machines: {:?}",
+            done.decisions
+        );
+        updates += now;
+        if !done
+            .status
+            .condition(conditions::PROGRESSING)
+            .unwrap()
+            .status
+        {
+            break;
+        }
+    }
+    assert_eq!(updates, 3, "each machine updated in place once");
+    let after = f.machines().await;
+    assert_eq!(after.len(), 3);
+    for m in &after {
+        assert_eq!(
+            before.get(&m.name),
+            Some(&m.provider_id),
+            "{} was replaced",
+            m.name
+        );
+        let host = f.cloud.host(&m.provider_id).unwrap();
+        assert_eq!(
+            host.file_text("/etc/app").as_deref(),
+            Some("a2"),
+            "{}",
+            m.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failed_machine_is_replaced_and_a_storm_is_not_remediated() {
+    let f = Fleet::new();
+    let health = HealthCheck::default()
+        .with_max_unhealthy(IntOrPercent::Int(1))
+        .with_remediation_interval(Duration::ZERO)
+        .with_probe(
+            Probe::reachable()
+                .with_interval(Duration::from_millis(1))
+                .with_unhealthy_after(Duration::from_millis(1)),
+        );
+    let r = FleetReconciler::new(f.composer("b1", "a1"), set(4).with_health(health)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    let machines = f.machines().await;
+
+    // One machine stops answering: replaced, once its probe has failed long enough.
+    f.cloud
+        .set_reachable(&machines[0].provider_id, false)
+        .unwrap();
+    let mut replaced = false;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let done = r.reconcile().await.unwrap();
+        let now = f.machines().await;
+        if now.iter().all(|m| m.provider_id != machines[0].provider_id)
+            && done.status.available == 4
+        {
+            replaced = true;
+            break;
+        }
+    }
+    assert!(replaced, "the unreachable machine was not replaced");
+    let now = f.machines().await;
+    assert_eq!(now.iter().filter(|m| !m.phase.is_deleting()).count(), 4);
+
+    // Three at once, over maxUnhealthy 1: nothing is deleted, the status says why.
+    let now: Vec<Machine> = now.into_iter().filter(|m| !m.phase.is_deleting()).collect();
+    for m in &now[..3] {
+        f.cloud.set_reachable(&m.provider_id, false).unwrap();
+    }
+    let mut paused = false;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let done = r.reconcile().await.unwrap();
+        paused |= done
+            .status
+            .condition(conditions::REMEDIATION_PAUSED)
+            .unwrap()
+            .status;
+        assert!(
+            !done.decisions.iter().any(|d| d.starts_with("delete")),
+            "remediation went on in a storm: {:?}",
+            done.decisions
+        );
+    }
+    assert!(paused, "the status did not say remediation stopped");
+}
+
+#[test]
+fn bad_sets_are_refused_naming_the_field() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "name: web\nreplicas: -1\ntemplate: {name: web}\n",
+            "replicas",
+        ),
+        (
+            "name: web\nreplicas: 3\ntemplate: {name: web}\nrollout: {maxSurge: 0, maxUnavailable: 0}\n",
+            "rollout",
+        ),
+        (
+            "name: web\nreplicas: 3\ntemplate: {name: web}\nrollout: {maxSurge: 150%}\n",
+            "rollout.maxSurge",
+        ),
+        ("name: Web_1\nreplicas: 3\ntemplate: {name: web}\n", "name"),
+        (
+            "name: web\nreplicas: 3\ntemplate: {name: web, labels: {machine-core/set: x}}\n",
+            "template.labels.machine-core/set",
+        ),
+        (
+            "name: web\nreplicas: 3\ntemplate: {name: web}\nhealth: {probe: {command: ''}}\n",
+            "health.probe.command",
+        ),
+    ];
+    for (yaml, field) in cases {
+        let e = MachineSet::from_yaml(yaml).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{yaml}: {e}");
+        assert_eq!(e.field(), Some(*field), "{yaml}: {e}");
+    }
+    let ok = MachineSet::from_yaml(
+        "name: web\nreplicas: 3\ntemplate: {name: web}\nrollout: {maxSurge: 10%, maxUnavailable: 1}\n",
+    )
+    .unwrap();
+    assert_eq!(ok.rollout.max_surge, IntOrPercent::Percent(10));
+}
+
+/// A controller killed at random points of its steps (its step future dropped where it
+/// stands, its memory lost) over 50 rounds of a rollout of 200 machines: every round a new
+/// reconciler picks up from what the provider shows. No name ever holds two machines, no
+/// machine outside the set's names is left, and the fleet converges to the new revision.
+#[tokio::test]
+async fn a_controller_killed_at_random_points_of_a_rollout_converges_without_duplicates_or_leaks() {
+    let cloud = SimCloud::new();
+    // Latency jitter gives every call an await point at which a step can be dropped.
+    let faults = FaultConfig::default()
+        .with_latency_jitter(Duration::from_micros(300))
+        .with_seed(Some(7));
+    let provider: Arc<dyn MachineProvisioner> = Arc::new(
+        FaultInjecting::new(
+            Arc::new(SimProvider::new(cloud.clone(), SimConfig::default()).unwrap()),
+            faults,
+        )
+        .unwrap(),
+    );
+    let composer = |base: &str| {
+        Composer::builder(provider.clone())
+            .coupled(layer("base", base))
+            .build()
+            .unwrap()
+    };
+    let rollout = Rollout::default().with_max_surge(IntOrPercent::Percent(10));
+    let make = |base: &str| {
+        FleetReconciler::new(composer(base), set(200).with_rollout(rollout))
+            .unwrap()
+            .with_concurrency(8)
+    };
+    converge(&make("b1"), 50, |_| {}).await;
+
+    let mut abandoned = 0;
+    for round in 0..50 {
+        let r = make("b2");
+        // A step has a few dozen await points at most: its calls run in waves.
+        let pendings = fastrand::usize(0..24);
+        let mut step = Box::pin(r.reconcile());
+        let mut seen = 0;
+        let finished = std::future::poll_fn(|cx| match step.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+            std::task::Poll::Pending if seen >= pendings => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => {
+                seen += 1;
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        drop(step);
+        if finished.is_none() {
+            abandoned += 1;
+        }
+        let listed = provider
+            .list(&Labels::from([(SET_LABEL.to_owned(), "web".to_owned())]))
+            .await
+            .unwrap();
+        let live: Vec<&Machine> = listed.iter().filter(|m| !m.phase.is_deleting()).collect();
+        assert!(
+            live.len() <= 220,
+            "round {round}: {} machines, more than replicas + maxSurge",
+            live.len()
+        );
+    }
+    assert!(
+        abandoned >= 25,
+        "only {abandoned} of 50 steps were killed mid-way"
+    );
+    let r = make("b2");
+    converge(&r, 200, |_| {}).await;
+    let listed = provider
+        .list(&Labels::from([(SET_LABEL.to_owned(), "web".to_owned())]))
+        .await
+        .unwrap();
+    let live: Vec<&Machine> = listed.iter().filter(|m| !m.phase.is_deleting()).collect();
+    assert_eq!(live.len(), 200, "converged to the replicas");
+    // Each machine was replaced once: 200 made first, 200 replacements, none more (a
+    // name may come back once its machine is gone, never a second replacement).
+    assert_eq!(cloud.machine_count(), 400, "machines made in all");
+    let expected = r.reconcile().await.unwrap().status;
+    assert_eq!(expected.updated, 200);
+    assert_eq!(expected.available, 200);
+    // Every machine of the cloud is a set member: nothing leaked.
+    let all = provider.list(&Labels::new()).await.unwrap();
+    assert!(
+        all.iter()
+            .all(|m| m.labels.get(SET_LABEL).map(String::as_str) == Some("web")),
+        "a machine outside the set was left"
+    );
+    assert!(
+        live.iter()
+            .all(|m| m.phase == Phase::Provisioned || m.phase.is_running())
+    );
+}
