@@ -8,8 +8,7 @@
 //! cargo run --release -p machine-kube --example bench_reconcile -- 10000 [--server-thread]
 //! ```
 
-// The tests' stand-in API server; the benchmark does not delete objects.
-#[allow(dead_code)]
+// The tests' stand-in API server.
 #[path = "../tests/common/mod.rs"]
 mod common;
 

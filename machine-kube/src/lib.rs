@@ -34,12 +34,19 @@
 //! # }
 //! ```
 
+pub mod conditions;
+mod leader;
 mod reconciler;
 mod registry;
 mod resource;
 
+pub use conditions::{Condition, ConditionStatus};
+pub use leader::LeaderElection;
 pub use reconciler::{
-    Context, DEFAULT_RESYNC, FIELD_MANAGER, ReconcileError, error_policy, reconcile, run,
+    Context, DEFAULT_RESYNC, FIELD_MANAGER, ReconcileError, error_policy, reconcile, run, run_until,
 };
 pub use registry::{ComposerFactory, Registry};
-pub use resource::{FINALIZER, GROUP, MachineObject, MachineObjectSpec, MachineObjectStatus};
+pub use resource::{
+    AppliedSpec, FINALIZER, GROUP, MachineAccess, MachineObject, MachineObjectSpec,
+    MachineObjectStatus, NAME_PATTERN, ObservedMachine, PROVIDER_ANNOTATION, crd,
+};
