@@ -200,6 +200,16 @@ impl FakeApi {
         self.create_checked(MACHINES.1, &ns, object, false).unwrap();
     }
 
+    /// Sets the `Machine`'s status to exactly `status` (a value a merge patch could not
+    /// write, such as a member that is null), as a write of the status would store it.
+    pub fn set_status_raw(&self, ns: &str, name: &str, status: Value) {
+        let mut state = self.state.lock().unwrap();
+        let key = (MACHINES.1.to_owned(), ns.to_owned(), name.to_owned());
+        let mut o = state.objects.get(&key).cloned().expect("object");
+        o["status"] = status;
+        self.commit(&mut state, MACHINES.1, ns, name, Some(o), "MODIFIED");
+    }
+
     /// The stored `Machine` object, if any.
     pub fn get(&self, ns: &str, name: &str) -> Option<Value> {
         self.object(MACHINES.1, ns, name)
