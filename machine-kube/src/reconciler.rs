@@ -36,7 +36,7 @@ pub struct Context {
     pub(crate) client: Client,
     registry: Registry,
     resync: Duration,
-    recorder: Recorder,
+    reporter: Reporter,
     pub(crate) leader: Option<LeaderElection>,
 }
 
@@ -45,12 +45,11 @@ impl Context {
     /// settled machines every [`DEFAULT_RESYNC`], recording events as `machine-kube`
     /// on this host, without leader election (one replica).
     pub fn new(client: Client, registry: Registry) -> Self {
-        let recorder = Recorder::new(client.clone(), Reporter::from(FIELD_MANAGER));
         Context {
             client,
             registry,
             resync: DEFAULT_RESYNC,
-            recorder,
+            reporter: Reporter::from(FIELD_MANAGER),
             leader: None,
         }
     }
@@ -64,11 +63,10 @@ impl Context {
     /// Runs [`run`] behind `election`: only the replica holding its Lease reconciles,
     /// and the events name this replica's identity.
     pub fn with_leader_election(mut self, election: LeaderElection) -> Self {
-        let reporter = Reporter {
+        self.reporter = Reporter {
             controller: FIELD_MANAGER.to_owned(),
             instance: Some(election.identity().to_owned()),
         };
-        self.recorder = Recorder::new(self.client.clone(), reporter);
         self.leader = Some(election);
         self
     }
@@ -322,12 +320,11 @@ impl Writer<'_> {
             action: K::truncate(action.to_owned(), 128),
             secondary: None,
         };
-        if let Err(e) = self
-            .ctx
-            .recorder
-            .publish(&event, &self.obj.object_ref(&()))
-            .await
-        {
+        // A recorder per event: kube's Recorder walks its whole cache of recent events
+        // on every publish, which with thousands of objects cost more than the
+        // reconcile itself; events here mark transitions, so a series is seldom due.
+        let recorder = Recorder::new(self.ctx.client.clone(), self.ctx.reporter.clone());
+        if let Err(e) = recorder.publish(&event, &self.obj.object_ref(&())).await {
             tracing::warn!(object = %self.name(), error = %e, "recording an event failed");
         }
     }

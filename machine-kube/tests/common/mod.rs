@@ -15,7 +15,9 @@
 //! Behaviours modelled, as the API server has them:
 //! - one resourceVersion counter for every object (etcd's revision), a new value on
 //!   every write; a list carries the current one, and a watch from a resourceVersion
-//!   sends every change after it (ADDED, MODIFIED, DELETED), newline-delimited;
+//!   sends every change after it (ADDED, MODIFIED, DELETED), newline-delimited; the
+//!   last `HISTORY` changes are kept, and a watch from an older version is
+//!   `410 Gone` (etcd compacted it), after which a client lists again;
 //! - optimistic concurrency: a replace, or a patch whose result carries another
 //!   resourceVersion than the stored object (a patch that sets
 //!   `metadata.resourceVersion`), is `409 Conflict`; a replace without one is refused
@@ -62,6 +64,9 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 type Body = BoxBody<Bytes, Infallible>;
+
+/// How many changes a watch can start behind (the API server keeps a window too).
+const HISTORY: usize = 4_096;
 
 /// The kinds served: (API group path, plural).
 const MACHINES: (&str, &str) = ("/apis/machine-provisioning.dev/v1alpha1", "machines");
@@ -411,6 +416,14 @@ impl FakeApi {
         let rx = self.changes.subscribe();
         let backlog: Vec<Change> = {
             let state = self.state.lock().unwrap();
+            let oldest = state.history.first().map_or(0, |c| c.revision);
+            if from != 0 && from + 1 < oldest {
+                return status(
+                    StatusCode::GONE,
+                    "Expired",
+                    &format!("too old resource version: {from} ({oldest})"),
+                );
+            }
             if from == 0 {
                 // From "now": a watch without a version starts with the current objects.
                 state
@@ -715,6 +728,10 @@ impl FakeApi {
             object: object.clone(),
         };
         state.history.push(change.clone());
+        if state.history.len() > HISTORY {
+            let extra = state.history.len() - HISTORY;
+            state.history.drain(..extra);
+        }
         let _ = self.changes.send(change);
         object
     }
