@@ -18,7 +18,8 @@
 //!   `renewTime` (MicroTime: RFC 3339 with microseconds); a duration of 0 and negative
 //!   transitions refused (422);
 //! - watch ("Efficient detection of changes"): from a list's resourceVersion, every
-//!   later change in order, as ADDED, MODIFIED, DELETED.
+//!   later change in order, as ADDED, MODIFIED, DELETED; from a version the server no
+//!   longer holds, `410 Gone` ("Resource versions": the client lists again).
 
 mod common;
 
@@ -374,4 +375,27 @@ async fn a_watch_sends_every_change_after_the_lists_resource_version() {
             .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
             .collect();
     assert_eq!(events, expected);
+}
+
+#[tokio::test]
+async fn a_watch_from_a_version_the_server_no_longer_holds_is_410_gone() {
+    let (api, machines, _) = setup().await;
+    for i in 0..4_100 {
+        api.insert(machine(&format!("g-{i}")));
+    }
+    let e = match machines
+        .watch(&WatchParams::default().timeout(1), "1")
+        .await
+    {
+        Ok(stream) => {
+            let first = stream.boxed().next().await.expect("an answer");
+            match first {
+                Ok(WatchEvent::Error(e)) => panic!("an error event, not a status: {e:?}"),
+                Ok(other) => panic!("a watch from a compacted version went on: {other:?}"),
+                Err(e) => e,
+            }
+        }
+        Err(e) => e,
+    };
+    assert_eq!(api_error(e).0, 410);
 }
