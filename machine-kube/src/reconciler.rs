@@ -296,8 +296,11 @@ impl Writer<'_> {
                 (t, ConditionStatus::True) => t == machine_core::conditions::DUPLICATES,
                 _ => false,
             };
-            // A condition's first good state says nothing an event would add.
-            let first_and_good = was.is_none() && c.status == ConditionStatus::True && !warning;
+            // SpecApplied and Synced first set true say nothing an event would add; a
+            // machine Ready at its first look is news.
+            let first_and_good = was.is_none()
+                && c.status == ConditionStatus::True
+                && matches!(c.type_.as_str(), K::SPEC_APPLIED | K::SYNCED);
             if first_and_good || c.status == ConditionStatus::Unknown {
                 continue;
             }

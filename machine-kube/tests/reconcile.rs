@@ -546,3 +546,24 @@ async fn a_throttled_provider_requeues_after_its_retry_after_and_says_so_in_the_
     assert_eq!(warning["type"], "Warning");
     assert_eq!(warning["regarding"]["name"], "slow-1");
 }
+
+#[tokio::test]
+async fn a_machine_ready_at_its_first_look_still_gets_its_ready_event() {
+    let api = FakeApi::default();
+    let client = api.start().await;
+    let cloud = SimCloud::new();
+    let instant = SimConfig::default()
+        .with_boot_latency(Duration::ZERO)
+        .with_boot_jitter(Duration::ZERO);
+    let sim = Arc::new(SimProvider::new(cloud.clone(), instant).unwrap());
+    let ctx = Arc::new(Context::new(client, registry(sim, &cloud)));
+    api.insert(object("fast-1", &[], json!({})));
+    step(&api, "fast-1", &ctx).await.unwrap(); // the finalizer
+    step(&api, "fast-1", &ctx).await.unwrap();
+    assert!(
+        ready(api.get(NS, "fast-1").as_ref()),
+        "not Ready in one step"
+    );
+    let reasons = event_reasons(&api);
+    assert_eq!(reasons, ["Created", "Ready"], "{reasons:?}");
+}
