@@ -157,8 +157,12 @@ fn name_part(s: &str) -> bool {
         && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
 }
 
-/// A kubelet flag name (`[a-z0-9-]+`, no leading dash) and a one-line value without
-/// quotes (kubeadm writes them into a shell-sourced env file).
+/// A kubelet flag name (`[a-z0-9-]+`, no leading dash) and a value the env file can
+/// carry: kubeadm writes the flags into `/var/lib/kubelet/kubeadm-flags.env` as
+/// `KUBELET_KUBEADM_ARGS="--name=value ..."`, and the kubelet unit passes them as
+/// `$KUBELET_KUBEADM_ARGS`, which systemd splits at whitespace: a value with a space
+/// would reach the kubelet as two arguments, and it would not start. No quote,
+/// backslash, control character or whitespace.
 pub(crate) fn kubelet_arg(field: &str, name: &str, value: &str) -> Result<()> {
     let name_ok = !name.is_empty()
         && !name.starts_with('-')
@@ -178,6 +182,17 @@ pub(crate) fn kubelet_arg(field: &str, name: &str, value: &str) -> Result<()> {
         return Err(Error::invalid_spec(
             format!("{field}.name"),
             format!("{name} is set by the layer itself (from the machine and the node labels)"),
+        ));
+    }
+    if let Some(space) = value.chars().find(|c| c.is_whitespace()) {
+        return Err(Error::invalid_spec(
+            format!("{field}.value"),
+            format!(
+                "the value of kubelet flag {name}, {}, holds whitespace ({space:?}): systemd splits \
+                 $KUBELET_KUBEADM_ARGS at whitespace, so the kubelet would get it as two \
+                 arguments and not start; give one value (a list flag takes commas)",
+                shown(value)
+            ),
         ));
     }
     if value

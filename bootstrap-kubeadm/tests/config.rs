@@ -268,6 +268,27 @@ fn bad_input_names_the_field_and_never_shows_a_secret() {
 
 /// A config that does not parse (a hand-edited file, a broken render) is refused with
 /// its line, never its source text: the token sits on one of those lines.
+/// kubeadm writes kubelet flags into an env file whose variable systemd splits at
+/// whitespace: a value with a space would reach the kubelet as two arguments.
+#[test]
+fn a_kubelet_flag_value_with_whitespace_is_refused_naming_the_flag() {
+    for value in ["10.0.0.5 10.0.0.6", "a\tb", "x\u{a0}y"] {
+        let e = worker("1.31.4")
+            .with_kubelet_arg("node-ip", value)
+            .layer("k8s")
+            .unwrap_err();
+        // worker() already sets max-pods: node-ip is the second flag.
+        assert_eq!(e.field(), Some("kubeadm.kubeletExtraArgs[1].value"), "{e}");
+        assert!(e.to_string().contains("node-ip"), "{e}");
+        assert!(e.to_string().contains("whitespace"), "{e}");
+    }
+    // One value, commas between items, is what the kubelet takes.
+    worker("1.31.4")
+        .with_kubelet_arg("node-ip", "10.0.0.5,fd00::5")
+        .layer("k8s")
+        .unwrap();
+}
+
 #[test]
 fn a_config_that_does_not_parse_never_shows_its_token() {
     let text = format!(

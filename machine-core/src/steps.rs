@@ -26,7 +26,8 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/machine-core/layers";
 /// One step of a [`StepLayer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Write a file (parent directories are created), replacing what is there.
+    /// Write a file (parent directories are created), replacing what is there; decoupled,
+    /// a file that already holds this content with this mode is left as it is.
     WriteFile {
         /// Absolute path.
         path: String,
@@ -255,9 +256,13 @@ impl DecoupledSoftware for StepLayer {
                     content,
                     mode,
                 } => {
-                    transport
-                        .upload(&FileUpload::new(path.clone(), content.clone()).mode(*mode))
-                        .await?;
+                    if holds(transport, path, content, *mode).await? {
+                        tracing::debug!(machine = %machine.name, layer = %self.name, step = i + 1, "file already as asked");
+                    } else {
+                        transport
+                            .upload(&FileUpload::new(path.clone(), content.clone()).mode(*mode))
+                            .await?;
+                    }
                 }
                 Step::Run { command } => {
                     transport
@@ -278,6 +283,29 @@ impl DecoupledSoftware for StepLayer {
         }
         Ok(())
     }
+}
+
+/// Whether the file at `path` already holds `content` with `mode`: a rerun (after its
+/// state file was lost) then leaves it alone instead of rewriting it, so its time stamps
+/// and inode stay. The content is read first (nothing more for a file that is missing or
+/// differs, as on a first run); only a file holding it is asked its mode, with `stat`.
+/// Anything the probe cannot tell (a larger file, no `stat`) means no.
+async fn holds(transport: &dyn Transport, path: &str, content: &[u8], mode: u32) -> Result<bool> {
+    match transport.read_file(path, content.len()).await {
+        Ok(Some(present)) if present == content => {}
+        Ok(_) => return Ok(false),
+        // Larger than the content (or unreadable): not as asked; the upload says more.
+        Err(e) if e.kind() == crate::ErrorKind::Permanent => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    let probe = transport
+        .exec(&ExecRequest::new(format!(
+            "stat -c %a -- {} 2>/dev/null",
+            quote(path)
+        )))
+        .await?;
+    Ok(probe.status == Some(0)
+        && String::from_utf8_lossy(&probe.stdout).trim() == format!("{mode:o}"))
 }
 
 fn check_path(field: &str, path: &str) -> Result<()> {
@@ -359,6 +387,90 @@ mod tests {
             script.contains("state=/var/lib/machine-core/layers/base.done"),
             "{script}"
         );
+    }
+
+    /// Files by path with their mode; `stat -c %a` answered from them.
+    #[derive(Default)]
+    struct Files(
+        std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, u32)>>,
+        std::sync::atomic::AtomicUsize,
+    );
+
+    #[async_trait]
+    impl Transport for Files {
+        async fn exec(&self, request: &ExecRequest) -> Result<crate::ExecOutput> {
+            let path = request
+                .command
+                .split("-- ")
+                .nth(1)
+                .unwrap_or("")
+                .split(' ')
+                .next()
+                .unwrap_or("");
+            let path = path.trim_matches('\'');
+            match self.0.lock().unwrap().get(path) {
+                Some((_, m)) if request.command.starts_with("stat ") => Ok(crate::ExecOutput::new(
+                    Some(0),
+                    format!("{m:o}\n").into_bytes(),
+                    Vec::new(),
+                )),
+                _ => Ok(crate::ExecOutput::new(Some(1), Vec::new(), Vec::new())),
+            }
+        }
+        async fn upload(&self, f: &FileUpload) -> Result<()> {
+            if !f.path.ends_with(".done") {
+                self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            self.0
+                .lock()
+                .unwrap()
+                .insert(f.path.clone(), (f.content.clone(), f.mode));
+            Ok(())
+        }
+        async fn read_file(&self, path: &str, max: usize) -> Result<Option<Vec<u8>>> {
+            match self.0.lock().unwrap().get(path) {
+                Some((c, _)) if c.len() > max => Err(Error::permanent("too large")),
+                other => Ok(other.map(|(c, _)| c.clone())),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rerun_without_the_state_file_leaves_a_file_already_as_asked() {
+        let layer = StepLayer::new(
+            "l",
+            vec![
+                Step::write_file_mode("/etc/a", "a\n", 0o640),
+                Step::write_file("/etc/b", "b\n"),
+            ],
+        )
+        .unwrap();
+        let machine = Machine::new(
+            crate::MachineName::new("m").unwrap(),
+            crate::ProviderId::new("sim:///m").unwrap(),
+            crate::Phase::Provisioned,
+        );
+        let files = Files::default();
+        layer.apply(&machine, &files).await.unwrap();
+        assert_eq!(files.1.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // The state file lost; /etc/b changed by hand, /etc/a's mode too.
+        files.0.lock().unwrap().remove(&layer.state_path());
+        files
+            .0
+            .lock()
+            .unwrap()
+            .insert("/etc/b".into(), (b"changed\n".to_vec(), 0o644));
+        layer.apply(&machine, &files).await.unwrap();
+        assert_eq!(
+            files.1.load(std::sync::atomic::Ordering::SeqCst),
+            3,
+            "only the file not as asked is written again"
+        );
+        files.0.lock().unwrap().remove(&layer.state_path());
+        files.0.lock().unwrap().get_mut("/etc/a").unwrap().1 = 0o600;
+        layer.apply(&machine, &files).await.unwrap();
+        assert_eq!(files.1.load(std::sync::atomic::Ordering::SeqCst), 4);
+        assert_eq!(files.0.lock().unwrap()["/etc/a"], (b"a\n".to_vec(), 0o640));
     }
 
     #[test]

@@ -11,21 +11,26 @@
 //! metadata: { name: web-1 }
 //! spec: { provider: sim, layers: [hello], machine: { labels: { team: web } } }
 //! YAML
-//! kubectl get machines   # Phase Ready, a sim:// providerID
+//! kubectl get machines   # Ready True, Phase Ready, a sim:// providerID
+//! kubectl wait --for=condition=Ready machine/web-1
 //! ```
+//!
+//! With `--leader-election`, several copies of it (one per pod) elect a leader through
+//! the Lease `machine-kube` in the namespace `POD_NAMESPACE` (default `default`), each
+//! named by `POD_NAME` (default: the host name); only the leader reconciles.
 
 use std::sync::Arc;
 
-use kube::{Api, Client, CustomResourceExt};
+use kube::{Api, Client};
 use machine_core::sim::{SimCloud, SimConfig, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{Composer, Error};
-use machine_kube::{Context, MachineObject, Registry};
+use machine_kube::{Context, LeaderElection, MachineObject, Registry};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     if std::env::args().any(|a| a == "--crd") {
-        print!("{}", serde_saphyr::to_string(&MachineObject::crd())?);
+        print!("{}", serde_saphyr::to_string(&machine_kube::crd())?);
         return Ok(());
     }
     tracing_subscriber::fmt()
@@ -61,7 +66,15 @@ async fn main() -> anyhow::Result<()> {
         builder.build()
     });
     let client = Client::try_default().await?;
-    let ctx = Arc::new(Context::new(client.clone(), registry));
+    let mut ctx = Context::new(client.clone(), registry);
+    if std::env::args().any(|a| a == "--leader-election") {
+        let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
+        let identity = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| format!("machine-kube-{}", std::process::id()));
+        ctx = ctx.with_leader_election(LeaderElection::new(namespace, "machine-kube", identity));
+    }
+    let ctx = Arc::new(ctx);
     println!("reconciling Machine objects in every namespace; Ctrl-C stops");
     machine_kube::run(Api::<MachineObject>::all(client), ctx).await;
     Ok(())

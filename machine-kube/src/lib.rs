@@ -1,13 +1,24 @@
 //! `machine-kube`: the library inside a [kube-rs](https://kube.rs) controller.
 //!
-//! A `Machine` custom resource ([`MachineObject`]) names a provider and software
-//! layers registered with the controller ([`Registry`]) and carries machine-core's
-//! machine spec. [`reconcile`] takes one [`machine_core::Composer::reconcile`] step per
-//! call, writes the status only when it changed (a write of an unchanged status would
-//! retrigger the controller for ever), deletes the machine behind a [`FINALIZER`] before
-//! the object goes, and lets the error's kind decide the requeue ([`error_policy`]).
+//! A `Machine` custom resource ([`MachineObject`], CRD from [`crd`]) names a provider
+//! and software layers registered with the controller ([`Registry`]) and carries
+//! machine-core's machine spec. [`reconcile`] takes one
+//! [`machine_core::Composer::reconcile`] step per call and:
+//! - writes the status only when it changed, as a merge patch of the difference (fields
+//!   gone are cleared) under the resourceVersion it read;
+//! - reports in Kubernetes conditions ([`conditions`]): `Ready` (for
+//!   `kubectl wait --for=condition=Ready`), `SpecApplied`, `Synced`, and the machine's
+//!   own; and records Kubernetes Events for its decisions;
+//! - applies a spec change to the running machine when it only adds decoupled layers,
+//!   and otherwise says in `SpecApplied` why it needs a new machine; `observedGeneration`
+//!   moves once a generation is applied or refused;
+//! - puts its [`FINALIZER`] only on objects it can clean up, deletes the machine behind
+//!   it before the object goes, and says in `Synced` why a cleanup cannot go on;
+//! - lets the error's kind decide the requeue ([`error_policy`]).
+//!
 //! A settled machine is looked at again every [`DEFAULT_RESYNC`], so a machine deleted
-//! behind the controller's back is noticed.
+//! behind the controller's back is noticed. Several replicas elect a leader through a
+//! Lease ([`LeaderElection`]); only the leader reconciles.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -34,12 +45,19 @@
 //! # }
 //! ```
 
+pub mod conditions;
+mod leader;
 mod reconciler;
 mod registry;
 mod resource;
 
+pub use conditions::{Condition, ConditionStatus};
+pub use leader::LeaderElection;
 pub use reconciler::{
-    Context, DEFAULT_RESYNC, FIELD_MANAGER, ReconcileError, error_policy, reconcile, run,
+    Context, DEFAULT_RESYNC, FIELD_MANAGER, ReconcileError, error_policy, reconcile, run, run_until,
 };
 pub use registry::{ComposerFactory, Registry};
-pub use resource::{FINALIZER, GROUP, MachineObject, MachineObjectSpec, MachineObjectStatus};
+pub use resource::{
+    AppliedSpec, FINALIZER, GROUP, MachineAccess, MachineObject, MachineObjectSpec,
+    MachineObjectStatus, NAME_PATTERN, ObservedMachine, PROVIDER_ANNOTATION, crd,
+};

@@ -9,6 +9,12 @@ use machine_core::{Composer, Result};
 
 /// Builds the composer for a provider name and layer names, or refuses them with an
 /// invalid-spec error naming `spec.provider` or `spec.layers[i]`.
+///
+/// The composer's layers are expected one per name, in the names' order: that is how
+/// the reconciler tells which named layers are coupled (a change of them needs a new
+/// machine) from decoupled ones (added to a running machine). A factory that builds
+/// another number of layers makes every layer count as coupled. The reconciler also
+/// asks for a provider with no layers, to find and delete machines.
 pub type ComposerFactory = dyn Fn(&str, &[String]) -> Result<Composer> + Send + Sync;
 
 /// Built composers by provider name and layer names.

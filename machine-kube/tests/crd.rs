@@ -1,17 +1,21 @@
-//! The CRD generated from the types is the committed copy (`crd/machines.yaml`, what
-//! operators apply) and a structural OpenAPI v3 schema, as the API server requires:
-//! every node typed, no `$ref`, untyped content only under
-//! `x-kubernetes-preserve-unknown-fields`.
+//! The CRD (`machine_kube::crd()`) is the committed copy (`crd/machines.yaml`, what
+//! operators apply), a structural OpenAPI v3 schema as the API server requires (every
+//! node typed, no `$ref`, untyped content only under
+//! `x-kubernetes-preserve-unknown-fields`), camelCase throughout, without formats the
+//! API server warns about, narrowing names to machine names; and `kubernetes-validate`
+//! (PyPI), which checks it against the OpenAPI of real Kubernetes versions, accepts it.
 
-use kube::CustomResourceExt;
-use machine_kube::MachineObject;
+use std::path::PathBuf;
+use std::process::Command;
+
+use machine_core::MachineName;
 use serde_json::Value;
 
 const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crd/machines.yaml");
 
 #[test]
 fn the_crd_is_the_committed_copy() {
-    let generated = serde_saphyr::to_string(&MachineObject::crd()).unwrap();
+    let generated = serde_saphyr::to_string(&machine_kube::crd()).unwrap();
     if std::env::var_os("UPDATE_CRD").is_some() {
         std::fs::write(COMMITTED, &generated).unwrap();
     }
@@ -25,7 +29,7 @@ fn the_crd_is_the_committed_copy() {
 
 #[test]
 fn the_crd_schema_is_structural() {
-    let crd = serde_json::to_value(MachineObject::crd()).unwrap();
+    let crd = serde_json::to_value(machine_kube::crd()).unwrap();
     let version = &crd["spec"]["versions"][0];
     assert_eq!(version["subresources"]["status"], serde_json::json!({}));
     let mut problems = Vec::new();
@@ -86,4 +90,152 @@ fn check(node: &Value, at: &str, problems: &mut Vec<String>) {
             }
         }
     }
+}
+
+/// Every schema node under `node`, with its path.
+fn walk<'a>(node: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
+    out.push((at.clone(), node));
+    if let Some(props) = node["properties"].as_object() {
+        for (name, child) in props {
+            walk(child, format!("{at}.{name}"), out);
+        }
+    }
+    if let Some(items) = node.get("items") {
+        walk(items, format!("{at}[]"), out);
+    }
+    if let Some(extra) = node.get("additionalProperties").filter(|v| v.is_object()) {
+        walk(extra, format!("{at}.*"), out);
+    }
+}
+
+fn schema() -> Value {
+    let crd = serde_json::to_value(machine_kube::crd()).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+#[test]
+fn every_field_is_camel_case() {
+    let schema = schema();
+    let mut nodes = Vec::new();
+    walk(&schema, "openAPIV3Schema".into(), &mut nodes);
+    let bad: Vec<String> = nodes
+        .iter()
+        .filter_map(|(at, _)| {
+            let field = at.rsplit('.').next()?.trim_end_matches("[]");
+            let camel = field == "*"
+                || (field.starts_with(|c: char| c.is_ascii_lowercase())
+                    && field.chars().all(|c| c.is_ascii_alphanumeric()));
+            (!camel).then(|| at.clone())
+        })
+        .collect();
+    assert!(bad.is_empty(), "fields not in camelCase: {bad:?}");
+}
+
+/// Kubernetes 1.34 warns about formats it does not know (`uint16` from a `u16`; 1.34.0
+/// about every format on integers); only string formats of its list are kept.
+#[test]
+fn no_format_the_api_server_warns_about() {
+    let schema = schema();
+    let mut nodes = Vec::new();
+    walk(&schema, "openAPIV3Schema".into(), &mut nodes);
+    for (at, node) in nodes {
+        if let Some(format) = node.get("format") {
+            assert_eq!(
+                node["type"], "string",
+                "{at}: format {format} on a non-string"
+            );
+            assert!(
+                ["date-time", "byte", "uri", "hostname", "ipv4", "ipv6"]
+                    .contains(&format.as_str().unwrap()),
+                "{at}: format {format}"
+            );
+        }
+    }
+    let port = &schema["properties"]["status"]["properties"]["machine"]["properties"]["access"]["properties"]
+        ["ssh"]["properties"]["port"];
+    assert_eq!(port["type"], "integer", "{port}");
+    assert_eq!(port["maximum"], 65535.0, "{port}");
+}
+
+#[test]
+fn the_crd_admits_exactly_the_names_a_machine_can_have() {
+    let rule = schema()["properties"]["metadata"]["properties"]["name"].clone();
+    let max = rule["maxLength"].as_u64().unwrap() as usize;
+    let pattern = regex_lite::Regex::new(rule["pattern"].as_str().unwrap()).unwrap();
+    for name in [
+        "web-1".to_owned(),
+        "web.1".to_owned(),
+        "Web-1".to_owned(),
+        "-web".to_owned(),
+        "web-".to_owned(),
+        "a".repeat(63),
+        "a".repeat(64),
+        "web_1".to_owned(),
+        "1".to_owned(),
+    ] {
+        let admitted = name.len() <= max && pattern.is_match(&name);
+        assert_eq!(
+            admitted,
+            MachineName::new(name.as_str()).is_ok(),
+            "{name:?}: admitted {admitted}"
+        );
+    }
+}
+
+/// Where scripts/peers/70-kubernetes-validate.sh installs the tool.
+fn kubernetes_validate() -> PathBuf {
+    if let Some(path) = std::env::var_os("KUBERNETES_VALIDATE") {
+        return path.into();
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+        });
+    let path = cache.join("machine-provisioning/kubernetes-validate/bin/kubernetes-validate");
+    assert!(
+        path.exists(),
+        "kubernetes-validate is not installed at {}: run scripts/peers/70-kubernetes-validate.sh \
+         (it installs the PyPI package kubernetes-validate into a virtualenv there), or set \
+         KUBERNETES_VALIDATE to its path",
+        path.display()
+    );
+    path
+}
+
+fn validate(file: &std::path::Path, version: &str) -> (bool, String) {
+    let out = Command::new(kubernetes_validate())
+        .args(["--strict", "-k", version])
+        .arg(file)
+        .output()
+        .expect("kubernetes-validate runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+#[test]
+fn kubernetes_validate_accepts_the_crd_for_every_supported_version() {
+    // The oldest Kubernetes still supported when this was written, the one whose
+    // warnings the issue names, and the newest the tool knows.
+    for version in ["1.33.0", "1.34.0", "1.37.0"] {
+        let (ok, said) = validate(std::path::Path::new(COMMITTED), version);
+        assert!(ok, "kubernetes-validate {version} refused the CRD:\n{said}");
+        assert!(said.contains("passed"), "{said}");
+    }
+    // And it refuses a CRD that is wrong, so its yes means something.
+    let broken = serde_saphyr::to_string(&machine_kube::crd())
+        .unwrap()
+        .replace("scope: Namespaced", "scope: Galactic")
+        .replace("  served: true", "  served: sometimes");
+    let dir = std::env::temp_dir().join(format!("machine-kube-crd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("broken.yaml");
+    std::fs::write(&file, broken).unwrap();
+    let (ok, said) = validate(&file, "1.34.0");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!ok, "kubernetes-validate accepted a broken CRD:\n{said}");
 }

@@ -9,27 +9,80 @@ use crate::shell::q;
 
 /// A group, created when missing.
 ///
-/// Rerun: nothing happens when the group exists (its GID is never changed).
-/// Refuses a name `groupadd` would refuse.
+/// - Numbers: without [`Group::gid`] the group takes the next free GID where it is
+///   made, so its number depends on the order in which groups were made on each
+///   machine (cloud-init makes the layer's groups at first boot, before its accounts; a
+///   decoupled machine already has the image's default user and its group): the same
+///   layer can give it another number coupled and decoupled. Set `gid` wherever the
+///   number matters (files shared between machines, NFS, containers).
+/// - With a `gid`, both paths run the same `groupadd --gid` before anything else of the
+///   layer (a `bootcmd` entry coupled, since cloud-init's `groups` takes no GID); a
+///   group that exists with another GID fails the step, saying both numbers.
+/// - Rerun: nothing happens when the group exists (its GID is never changed).
+/// - Refuses a name `groupadd` would refuse, and GID 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group {
     /// The group name.
     pub name: String,
+    /// A fixed GID; the next free one where it is made when `None`.
+    pub gid: Option<u32>,
 }
 
 impl Group {
-    /// A group named `name`.
+    /// A group named `name`, with the next free GID.
     pub fn new(name: impl Into<String>) -> Self {
-        Group { name: name.into() }
+        Group {
+            name: name.into(),
+            gid: None,
+        }
+    }
+
+    /// Sets a fixed GID.
+    pub fn with_gid(mut self, gid: u32) -> Self {
+        self.gid = Some(gid);
+        self
     }
 
     pub(crate) fn check(&self) -> Result<()> {
-        check::account_name("name", &self.name)
+        check::account_name("name", &self.name)?;
+        check_id("gid", self.gid)
     }
 
     pub(crate) fn plan(&self, plan: &mut Plan) {
-        plan.groups.push(self.name.clone());
+        match self.gid {
+            Some(gid) => plan.fixed_groups.push(fixed_group_script(&self.name, gid)),
+            None => plan.groups.push(self.name.clone()),
+        }
     }
+}
+
+/// 0 is root's and `u32::MAX` means "no ID" to the kernel.
+fn check_id(field: &str, id: Option<u32>) -> Result<()> {
+    match id {
+        Some(0) => Err(Error::invalid_spec(
+            field,
+            "0 is root's; give another number",
+        )),
+        Some(u32::MAX) => Err(Error::invalid_spec(
+            field,
+            "4294967295 is not an ID (it means none)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Makes group `name` with `gid`, or checks that the one there has it.
+fn fixed_group_script(name: &str, gid: u32) -> String {
+    let g = q(name);
+    format!(
+        "if have=$(getent group {g}); then
+           n=$(printf '%s' \"$have\" | cut -d: -f3)
+           [ \"$n\" = {gid} ] || {{ printf 'group %s exists with GID %s, not %s\\n' {g} \"$n\" {gid} >&2; exit 1; }}
+         else
+           groupadd --gid {gid} {g}
+         fi
+"
+    )
 }
 
 /// The sudo rule of an administrator: every command as anyone, without a password.
@@ -53,11 +106,23 @@ pub const SUDO_ALL_NOPASSWD: &str = "ALL=(ALL) NOPASSWD:ALL";
 ///   the rule in place before, if any, stays as it was. A machine without `visudo`
 ///   fails the same command saying so.
 /// - Rerun: an existing account is left as it is (no `usermod`: shell, groups and GECOS
-///   are set at creation only, as cloud-init does); the password is locked again (a
-///   no-op); missing keys are appended, keys already there are kept, never removed.
+///   are set at creation only, as cloud-init does); a password locked already is left
+///   alone (`passwd -l` would rewrite /etc/shadow); missing keys are appended, keys
+///   already there are kept, never removed; a sudo rule in place is not written again.
+/// - Numbers: without [`Account::uid`] the account takes the next free UID where it is
+///   made, and its own group the next free GID, so the numbers depend on the order in
+///   which accounts and groups were made on each machine (cloud-init makes the layer's
+///   groups, then its accounts, at first boot; a decoupled machine already has the
+///   image's default user): coupled and decoupled machines can differ. With a `uid`,
+///   both paths make the account with the same `useradd --uid` before anything else of
+///   the layer (a `bootcmd` entry coupled: cloud-init's `users` then finds it and locks
+///   its password and adds its keys); its own group gets the same number when that GID
+///   is free (useradd's choice), and an account that exists with another UID fails the
+///   step, saying both numbers. Supplementary groups with a fixed GID are [`Group`]s
+///   with `gid`, made before accounts.
 /// - cloud-init writes several keys in an arbitrary order (it keeps them in a Python
 ///   set); the decoupled path writes them in the given order. The set of keys is the same.
-/// - Refuses: a name or group `useradd` refuses, a relative or spaced shell, a GECOS
+/// - Refuses: UID 0, a name or group `useradd` refuses, a relative or spaced shell, a GECOS
 ///   with `:` or a line break, a sudo rule on several lines, a key line with options;
 ///   on the machine, a sudo rule `visudo` refuses (see above).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +143,8 @@ pub struct Account {
     pub system: bool,
     /// OpenSSH public keys allowed to log in.
     pub ssh_authorized_keys: Vec<String>,
+    /// A fixed UID; the next free one where it is made when `None`.
+    pub uid: Option<u32>,
 }
 
 impl Account {
@@ -92,6 +159,7 @@ impl Account {
             lock_password: true,
             system: false,
             ssh_authorized_keys: Vec::new(),
+            uid: None,
         }
     }
 
@@ -132,6 +200,13 @@ impl Account {
         self
     }
 
+    /// Sets a fixed UID (see [`Account`]: numbers otherwise depend on the order of
+    /// creation on each machine).
+    pub fn with_uid(mut self, uid: u32) -> Self {
+        self.uid = Some(uid);
+        self
+    }
+
     /// Adds an SSH public key.
     pub fn with_key(mut self, key: impl Into<String>) -> Self {
         self.ssh_authorized_keys.push(key.into());
@@ -146,6 +221,7 @@ impl Account {
 
     pub(crate) fn check(&self) -> Result<()> {
         check::account_name("name", &self.name)?;
+        check_id("uid", self.uid)?;
         for (i, g) in self.groups.iter().enumerate() {
             check::account_name(&format!("groups[{i}]"), g)?;
         }
@@ -193,6 +269,9 @@ impl Account {
             .iter()
             .map(|k| k.split_whitespace().collect::<Vec<_>>().join(" "))
             .collect();
+        if let Some(uid) = self.uid {
+            plan.fixed_accounts.push(account.fixed_script(uid));
+        }
         plan.accounts.push(account);
         if let Some(rule) = &self.sudo {
             let field = format!("{field}.sudo");
@@ -220,16 +299,39 @@ impl Account {
         u
     }
 
-    /// The decoupled commands: what cloud-init's `create_user` runs, guarded to be
-    /// rerunnable.
-    pub(crate) fn script(&self) -> String {
+    /// Makes the account with `uid` (and its missing groups), or checks that the one
+    /// there has it: run before anything else of the layer on both paths.
+    fn fixed_script(&self, uid: u32) -> String {
         let name = q(&self.name);
+        let mut s = self.groups_script();
+        s.push_str(&format!(
+            "if have=$(getent passwd {name}); then\n\
+             \x20 n=$(printf '%s' \"$have\" | cut -d: -f3)\n\
+             \x20 [ \"$n\" = {uid} ] || {{ printf 'account %s exists with UID %s, not %s\\n' {name} \"$n\" {uid} >&2; exit 1; }}\n\
+             else\n\
+             \x20 {}\n\
+             fi\n",
+            self.useradd()
+        ));
+        s
+    }
+
+    fn groups_script(&self) -> String {
         let mut s = String::new();
         for g in &self.groups {
             let g = q(g);
             s.push_str(&format!("getent group {g} >/dev/null || groupadd {g}\n"));
         }
+        s
+    }
+
+    /// The `useradd` command cloud-init's `create_user` runs (with `--uid` when fixed).
+    fn useradd(&self) -> String {
+        let name = q(&self.name);
         let mut add = format!("useradd {name}");
+        if let Some(uid) = self.uid {
+            add.push_str(&format!(" --uid {uid}"));
+        }
         if let Some(gecos) = &self.gecos {
             add.push_str(&format!(" --comment {}", q(gecos)));
         }
@@ -240,9 +342,23 @@ impl Account {
             add.push_str(&format!(" --shell {}", q(shell)));
         }
         add.push_str(if self.system { " --system -M" } else { " -m" });
-        s.push_str(&format!("getent passwd {name} >/dev/null || {add}\n"));
+        add
+    }
+
+    /// The decoupled commands: what cloud-init's `create_user` runs, guarded to be
+    /// rerunnable.
+    pub(crate) fn script(&self) -> String {
+        let name = q(&self.name);
+        let mut s = self.groups_script();
+        s.push_str(&format!(
+            "getent passwd {name} >/dev/null || {}\n",
+            self.useradd()
+        ));
         if self.lock_password {
-            s.push_str(&format!("passwd -l {name} >/dev/null\n"));
+            // passwd -l rewrites /etc/shadow even when the password is locked already.
+            s.push_str(&format!(
+                "case \"$(passwd -S {name} 2>/dev/null | cut -d' ' -f2)\" in L|LK) ;; *) passwd -l {name} >/dev/null ;; esac\n"
+            ));
         }
         if !self.ssh_authorized_keys.is_empty() {
             // As cloud-init's setup_user_keys: ~/.ssh 0700 and the file 0600, both the
@@ -271,7 +387,8 @@ fn sudo_rule_script(path: &str, line: &str, field: &str) -> String {
     // sudo's @includedir skips file names holding a dot: the candidate is inert.
     let t = q(&format!("{path}.recipes-new"));
     format!(
-        "command -v visudo >/dev/null || {{ printf '%s: visudo not found: the sudo rule cannot be checked (install sudo first)\\n' {field} >&2; exit 1; }}\n\
+        "if [ \"$(stat -c %a {f} 2>/dev/null)\" = 440 ] && printf '%s\\n' {line} | cmp -s - {f}; then exit 0; fi\n\
+         command -v visudo >/dev/null || {{ printf '%s: visudo not found: the sudo rule cannot be checked (install sudo first)\\n' {field} >&2; exit 1; }}\n\
          mkdir -p /etc/sudoers.d\n\
          printf '%s\\n' {line} > {t}\n\
          chmod 0440 {t}\n\

@@ -5,8 +5,9 @@ use std::fmt;
 use machine_core::{Error, Result};
 
 use crate::check;
+use crate::plan::LineEdit;
 use crate::plan::{Plan, PlannedFile};
-use crate::shell::{digest, q};
+use crate::shell::{chmod_unless_set, chown_unless_owned, digest, q};
 
 /// A file with its content, mode and owner.
 ///
@@ -114,7 +115,8 @@ impl File {
 ///
 /// - Both paths run the same commands: `mkdir -p`, `chmod`, `chown` (cloud-init has no
 ///   module for directories; coupled, the commands are a `runcmd` entry).
-/// - Rerun: mode and owner are set again (a no-op when unchanged); content is never touched.
+/// - Rerun: mode and owner are set only where they differ (chown and chmod change the
+///   change time even when they change nothing); content is never touched.
 /// - Refuses: a relative path or one with `..`, set-id bits, an owner name `useradd`
 ///   would refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,10 +164,12 @@ impl Directory {
         let p = q(&self.path);
         let mut s = format!("mkdir -p {p}\n");
         if let Some(o) = &self.owner {
-            s.push_str(&format!("chown {} {p}\n", q(o)));
+            s.push_str(&chown_unless_owned(o, &self.path));
+            s.push('\n');
         }
         // chmod after chown: chown may clear bits.
-        s.push_str(&format!("chmod {:04o} {p}\n", self.mode));
+        s.push_str(&chmod_unless_set(self.mode, &self.path));
+        s.push('\n');
         plan.commands.push(s);
     }
 }
@@ -176,7 +180,9 @@ impl Directory {
 /// - Both paths run the same commands (cloud-init has no module for it; coupled, they
 ///   are a `runcmd` entry, which runs after every `write_files` entry). A missing file is
 ///   created (mode 0644, root); an existing file keeps its mode and owner.
-/// - Rerun: nothing changes when the exact line is there.
+/// - Rerun: nothing changes when the exact line is there. On a file a [`File`] recipe of
+///   the same layer writes, the line is in the content written already (so a rerun
+///   rewrites neither).
 /// - Refuses: a relative path, a line or prefix with a line break, an empty prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LineInFile {
@@ -216,6 +222,11 @@ impl LineInFile {
     }
 
     pub(crate) fn plan(&self, plan: &mut Plan) {
+        plan.line_edits.push(LineEdit {
+            path: self.path.clone(),
+            line: self.line.clone(),
+            replace_prefix: self.replace_prefix.clone(),
+        });
         let (f, l) = (q(&self.path), q(&self.line));
         let mut s = format!(
             "f={f}\nl={l}\n[ -e \"$f\" ] || : > \"$f\"\nif ! grep -qxF -- \"$l\" \"$f\"; then\n"

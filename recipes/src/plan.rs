@@ -14,7 +14,7 @@ use machine_core::{Error, Result};
 
 use crate::account::Account;
 use crate::packages::{Package, PackageFamily, install_script};
-use crate::shell::{digest, push_quoted, q};
+use crate::shell::{chown_unless_owned, digest, push_quoted, q};
 use crate::system::{Hostname, Timezone};
 
 /// A file some recipe writes.
@@ -24,6 +24,65 @@ pub(crate) struct PlannedFile {
     pub content: Vec<u8>,
     pub mode: u32,
     pub owner: Option<String>,
+}
+
+/// A line a `LineInFile` recipe puts in a file.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct LineEdit {
+    pub path: String,
+    pub line: String,
+    pub replace_prefix: Option<String>,
+}
+
+impl LineEdit {
+    /// `content` with the line in it, as the recipe's command leaves it: unchanged when
+    /// the exact line is there; with a prefix, the first line starting with it replaced
+    /// and later ones dropped (or the line appended), every line then ending in a
+    /// newline (awk's output); without, the line appended after a newline if the last
+    /// line has none.
+    pub fn apply(&self, content: &[u8]) -> Vec<u8> {
+        let line = self.line.as_bytes();
+        let body = content.strip_suffix(b"\n").unwrap_or(content);
+        let lines: Vec<&[u8]> = if content.is_empty() {
+            Vec::new()
+        } else {
+            body.split(|b| *b == b'\n').collect()
+        };
+        if lines.contains(&line) {
+            return content.to_vec();
+        }
+        let mut out = Vec::with_capacity(content.len() + line.len() + 1);
+        match &self.replace_prefix {
+            Some(prefix) => {
+                let mut done = false;
+                for l in lines {
+                    if l.starts_with(prefix.as_bytes()) {
+                        if !done {
+                            out.extend_from_slice(line);
+                            out.push(b'\n');
+                            done = true;
+                        }
+                        continue;
+                    }
+                    out.extend_from_slice(l);
+                    out.push(b'\n');
+                }
+                if !done {
+                    out.extend_from_slice(line);
+                    out.push(b'\n');
+                }
+            }
+            None => {
+                out.extend_from_slice(content);
+                if !content.is_empty() && !content.ends_with(b"\n") {
+                    out.push(b'\n');
+                }
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            }
+        }
+        out
+    }
 }
 
 /// Everything a layer's recipes ask for, by kind.
@@ -53,6 +112,12 @@ pub(crate) struct Plan {
     pub apk_urls: Vec<String>,
     /// Shell snippets, run with `sh -e` on both paths; [`Plan::seal`] wraps them.
     pub commands: Vec<String>,
+    /// The lines `LineInFile` recipes put in files, in recipe order.
+    pub line_edits: Vec<LineEdit>,
+    /// Groups with a fixed GID, made (or checked) before anything else.
+    pub fixed_groups: Vec<String>,
+    /// Accounts with a fixed UID, made (or checked) right after those groups.
+    pub fixed_accounts: Vec<String>,
 }
 
 impl Plan {
@@ -112,9 +177,30 @@ impl Plan {
 
     /// Wraps every command as its `sh -ec` line once, when the recipes are all planned:
     /// both paths use the same lines.
+    ///
+    /// A file of the layer that `LineInFile` recipes edit is written with their lines in
+    /// it already, as their commands (which run after every file) would leave it: the
+    /// machine ends the same, and a rerun finds the file as asked instead of writing the
+    /// first content and editing it again.
     pub fn seal(&mut self) {
         for c in &mut self.commands {
             *c = run(c);
+        }
+        // Fixed numbers first: nothing of the layer may take them before, and accounts
+        // after the groups they name.
+        let fixed: Vec<String> = self
+            .fixed_groups
+            .iter()
+            .chain(&self.fixed_accounts)
+            .map(|s| run(s))
+            .collect();
+        if !fixed.is_empty() {
+            self.early_commands.splice(0..0, fixed);
+        }
+        for f in &mut self.files {
+            for edit in self.line_edits.iter().filter(|e| e.path == f.path) {
+                f.content = edit.apply(&f.content);
+            }
         }
     }
 
@@ -235,13 +321,13 @@ impl Plan {
                 f.mode,
             ));
             if let Some(owner) = &f.owner {
-                // The upload replaces the file (root-owned): the digest of everything
-                // about the file makes this step rerun whenever the upload does.
+                // An upload replaces the file (root-owned): the digest of everything
+                // about the file makes this step rerun whenever the upload does; a
+                // file already as asked is neither uploaded nor chowned again.
                 let mode = f.mode.to_le_bytes();
                 steps.push(Step::run(format!(
-                    "chown {} {} # file {}",
-                    q(owner),
-                    q(&f.path),
+                    "{} # file {}",
+                    chown_unless_owned(owner, &f.path),
                     digest(&[&f.content, &mode, owner.as_bytes()])
                 )));
             }
@@ -259,4 +345,49 @@ fn run(snippet: &str) -> String {
     line.push_str("sh -ec ");
     push_quoted(&mut line, snippet);
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::files::LineInFile;
+
+    /// The fold in Rust leaves what the recipe's own command leaves, run by `sh`.
+    #[test]
+    fn a_line_folded_into_a_file_is_what_the_command_leaves() {
+        let dir = std::env::temp_dir().join(format!("recipes-fold-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f").to_str().unwrap().to_owned();
+        let contents: [&[u8]; 6] = [
+            b"",
+            b"a\n",
+            b"a",
+            b"log = debug\nx\nlog = trace\n",
+            b"x\nlog = info\n",
+            b"\n\nlog =\n",
+        ];
+        for content in contents {
+            for recipe in [
+                LineInFile::new(&path, "log = info"),
+                LineInFile::new(&path, "log = info").replacing("log ="),
+            ] {
+                let mut plan = Plan::default();
+                recipe.plan(&mut plan);
+                std::fs::write(&path, content).unwrap();
+                let out = std::process::Command::new("/bin/sh")
+                    .args(["-ec", &plan.commands[0]])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{out:?}");
+                let by_shell = std::fs::read(&path).unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&plan.line_edits[0].apply(content)),
+                    String::from_utf8_lossy(&by_shell),
+                    "{content:?} {:?}",
+                    recipe.replace_prefix
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

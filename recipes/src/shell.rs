@@ -35,6 +35,29 @@ pub(crate) fn push_quoted(out: &mut String, s: &str) {
     out.push('\'');
 }
 
+/// `chown owner path` unless `path` is owned so already (`owner` is `user` or
+/// `user:group`): chown changes the change time even when it changes nothing. An
+/// owner that does not exist makes the check say no, and chown fails naming it.
+pub(crate) fn chown_unless_owned(owner: &str, path: &str) -> String {
+    let (user, group) = owner.split_once(':').unwrap_or((owner, ""));
+    let mut test = format!("-user {}", q(user));
+    if !group.is_empty() {
+        test.push_str(&format!(" -group {}", q(group)));
+    }
+    format!(
+        "find {p} -maxdepth 0 {test} 2>/dev/null | grep -q . || chown {o} {p}",
+        p = q(path),
+        o = q(owner)
+    )
+}
+
+/// `chmod mode path` unless `path` has that mode already (chmod changes the change time
+/// even when it changes nothing).
+pub(crate) fn chmod_unless_set(mode: u32, path: &str) -> String {
+    let p = q(path);
+    format!("[ \"$(stat -c %a {p})\" = {mode:o} ] || chmod {mode:04o} {p}")
+}
+
 /// The first 16 hex digits of the SHA-256 of `parts`, each length-prefixed: put in a
 /// command's comment, it makes the step's hash (and so its rerun) follow the content.
 pub(crate) fn digest(parts: &[&[u8]]) -> String {

@@ -41,7 +41,7 @@ impl Hostname {
 /// - Coupled: cloud-init's `timezone` key; decoupled: what its Debian distro does:
 ///   `/etc/timezone` holds the name, `/etc/localtime` links to the zoneinfo file (or is
 ///   a copy of it when it was a regular file).
-/// - Rerun: writes the same again; nothing changes.
+/// - Rerun: nothing is written when the name and the link (or copy) are in place.
 /// - Refuses: a name that is not a zoneinfo path (no `..`, no leading `/`); a second
 ///   time zone in a layer. A zone missing from the machine's tzdata fails the step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +63,7 @@ impl Timezone {
     pub(crate) fn script(name: &str) -> String {
         let z = q(&format!("/usr/share/zoneinfo/{name}"));
         format!(
-            "[ -f {z} ] || {{ echo {missing} >&2; exit 1; }}\nprintf '%s\\n' {n} > /etc/timezone\nif [ -L /etc/localtime ] || [ ! -e /etc/localtime ]; then ln -sfn {z} /etc/localtime; else cp {z} /etc/localtime; fi\n",
+            "[ -f {z} ] || {{ echo {missing} >&2; exit 1; }}\n[ \"$(cat /etc/timezone 2>/dev/null)\" = {n} ] || printf '%s\\n' {n} > /etc/timezone\nif [ -L /etc/localtime ] || [ ! -e /etc/localtime ]; then [ \"$(readlink /etc/localtime)\" = {z} ] || ln -sfn {z} /etc/localtime; else cmp -s {z} /etc/localtime || cp {z} /etc/localtime; fi\n",
             missing = q(&format!("no time zone {name} in /usr/share/zoneinfo")),
             n = q(name)
         )

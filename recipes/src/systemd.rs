@@ -213,13 +213,16 @@ impl SystemdUnit {
                 Some(content) => {
                     for (target, dir) in Self::install_links(content) {
                         let d = q(&format!("{UNIT_DIR}/{target}.{dir}"));
+                        // ln -sfn makes a new link even when it is there already.
                         s.push_str(&format!(
-                            "mkdir -p {d}\nln -sfn {} {d}/{unit}\n",
-                            q(&unit_path)
+                            "mkdir -p {d}\n[ \"$(readlink {d}/{unit})\" = {u} ] || ln -sfn {u} {d}/{unit}\n",
+                            u = q(&unit_path)
                         ));
                     }
                 }
-                None => s.push_str(&format!("systemctl enable {unit}\n")),
+                None => s.push_str(&format!(
+                    "systemctl is-enabled --quiet {unit} 2>/dev/null || systemctl enable {unit}\n"
+                )),
             }
         }
         if self.restart {

@@ -109,6 +109,14 @@ fn bad_input_is_refused_at_construction_naming_the_field() {
         "layer l.recipes[0].groups[0]"
     );
     assert_eq!(
+        field_of(Account::new("ops").with_uid(0).into()),
+        "layer l.recipes[0].uid"
+    );
+    assert_eq!(
+        field_of(Group::new("ops").with_gid(0).into()),
+        "layer l.recipes[0].gid"
+    );
+    assert_eq!(
         field_of(File::new("/etc/x", "x").with_owner("ops:Bad Group").into()),
         "layer l.recipes[0].owner"
     );

@@ -1,49 +1,159 @@
-//! A stand-in for the Kubernetes API server, for the calls the reconciler makes: get an
-//! object, patch it with a JSON patch (the finalizer), merge-patch its status. No API
-//! server can be installed on these machines; this answers as one does for those calls
-//! (a failed JSON-patch `test` is 422, a `test` of null passes on an absent path, a missing object 404, a removed last finalizer on
-//! a deleted object removes it) and counts every write.
+//! A stand-in for the Kubernetes API server, for the calls the controller makes. No
+//! kube-apiserver can be installed on these machines (not in Debian, PyPI or npm); this
+//! answers those calls as the API server does, and `tests/stand_in.rs` checks each
+//! behaviour below against what the Kubernetes documentation and RFCs say.
+//!
+//! Served:
+//! - `Machine` objects (`/apis/machine-provisioning.dev/v1alpha1/[namespaces/NS/]machines`):
+//!   get, list, watch, create, replace, delete; JSON patch (RFC 6902) and JSON merge
+//!   patch (RFC 7386) of the object, merge patch of the `status` subresource;
+//! - `Lease` objects (`/apis/coordination.k8s.io/v1/namespaces/NS/leases`): get,
+//!   create, replace;
+//! - `Event` objects (`/apis/events.k8s.io/v1/namespaces/NS/events`): create, merge
+//!   patch (kube's `Recorder` sends both).
+//!
+//! Behaviours modelled, as the API server has them:
+//! - one resourceVersion counter for every object (etcd's revision), a new value on
+//!   every write; a list carries the current one, and a watch from a resourceVersion
+//!   sends every change after it (ADDED, MODIFIED, DELETED), newline-delimited; the
+//!   last `HISTORY` changes are kept, and a watch from an older version is
+//!   `410 Gone` (etcd compacted it), after which a client lists again;
+//! - optimistic concurrency: a replace, or a patch whose result carries another
+//!   resourceVersion than the stored object (a patch that sets
+//!   `metadata.resourceVersion`), is `409 Conflict`; a replace without one is refused
+//!   for custom resources (422) and unconditional for Leases;
+//! - a create of an existing name is `409 AlreadyExists`; a missing object is `404`;
+//! - a failed JSON-patch `test` is `422`; a `test` of `null` passes on an absent path
+//!   (the API server's JSON patch does, and kube's finalizer helper relies on it);
+//! - the status subresource: writes to the object leave `status` as it was, writes to
+//!   `/status` change `status` only; `metadata.generation` starts at 1 and grows when
+//!   `spec` changes, never for metadata or status;
+//! - names: every object's name is a DNS subdomain (RFC 1123, at most 253 characters);
+//!   a `Machine` also obeys the CRD's `metadata.name` schema (`machine_kube::crd()`),
+//!   which the API server applies to custom resources at admission (422 Invalid);
+//! - deletion: an object with finalizers gets `deletionTimestamp` and stays; no
+//!   finalizer may be added to it then (422); it goes (DELETED) once its last finalizer
+//!   is removed, or at once when it has none;
+//! - Lease validation: `leaseDurationSeconds` greater than 0 and `leaseTransitions` not
+//!   negative when set (422).
+//!
+//! Not modelled: authentication, admission webhooks, field managers and managedFields,
+//! server-side apply, pruning of unknown fields, the rest of the OpenAPI validation
+//! (the CRD test runs `kubernetes-validate` on the CRD itself), label and field
+//! selectors, pagination (a list answers everything at once, which the API server may
+//! also do), watch bookmarks (optional for a server), history compaction (410 Gone).
+//!
+//! Each `start()` serves a listener of its own, as a replica of the controller would
+//! reach the server: `cut(listener)` answers 503 to all its requests from then on, as
+//! a partition between that replica and the API server.
 
-use std::collections::HashMap;
+#![allow(dead_code)] // each test binary uses a part
+
+use std::collections::{BTreeMap, HashSet};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
+use futures_util::StreamExt;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
 
-const PREFIX: &str = "/apis/machine-provisioning.dev/v1alpha1/namespaces/";
+type Body = BoxBody<Bytes, Infallible>;
 
-/// The fake API server: objects by namespace and name, and counts of writes.
-#[derive(Clone, Default)]
+/// How many changes a watch can start behind (the API server keeps a window too).
+const HISTORY: usize = 4_096;
+
+/// The kinds served: (API group path, plural).
+const MACHINES: (&str, &str) = ("/apis/machine-provisioning.dev/v1alpha1", "machines");
+const LEASES: (&str, &str) = ("/apis/coordination.k8s.io/v1", "leases");
+const EVENTS: (&str, &str) = ("/apis/events.k8s.io/v1", "events");
+
+/// One change, as a watch sends it.
+#[derive(Clone, Debug)]
+struct Change {
+    revision: u64,
+    plural: &'static str,
+    namespace: String,
+    kind: &'static str,
+    object: Value,
+}
+
+#[derive(Default)]
+struct State {
+    /// Objects by (plural, namespace, name).
+    objects: BTreeMap<(String, String, String), Value>,
+    revision: u64,
+    history: Vec<Change>,
+    uids: u64,
+}
+
+/// The stand-in API server.
+#[derive(Clone)]
 pub struct FakeApi {
-    objects: Arc<Mutex<HashMap<(String, String), Value>>>,
-    /// Every PATCH of an object or its status.
+    state: Arc<Mutex<State>>,
+    changes: broadcast::Sender<Change>,
+    cut: Arc<Mutex<HashSet<usize>>>,
+    listeners: Arc<AtomicUsize>,
+    /// Every write (create, replace, patch, delete) of a `Machine` object or its status.
     pub writes: Arc<AtomicUsize>,
-    /// PATCHes of status only.
+    /// Writes of a `Machine`'s status only.
     pub status_writes: Arc<AtomicUsize>,
+    /// (listener, method, path) of every request, in order.
+    pub requests: Arc<Mutex<Vec<(usize, String, String)>>>,
+    name_rule: Arc<(usize, regex_lite::Regex)>,
+}
+
+impl Default for FakeApi {
+    fn default() -> Self {
+        let (changes, _) = broadcast::channel(4096);
+        // The CRD's own rule for metadata.name, as the API server reads it.
+        let crd = serde_json::to_value(machine_kube::crd()).unwrap();
+        let rule = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["metadata"]
+            ["properties"]["name"];
+        let max = rule["maxLength"].as_u64().unwrap_or(253) as usize;
+        let pattern = rule["pattern"].as_str().unwrap_or(".*");
+        FakeApi {
+            state: Arc::default(),
+            changes,
+            cut: Arc::default(),
+            listeners: Arc::default(),
+            writes: Arc::default(),
+            status_writes: Arc::default(),
+            requests: Arc::default(),
+            name_rule: Arc::new((max, regex_lite::Regex::new(pattern).unwrap())),
+        }
+    }
 }
 
 impl FakeApi {
-    /// Serves on a free loopback port of the current runtime; returns a client for it.
+    /// Serves a new listener on a free loopback port of the current runtime; returns a
+    /// client for it.
     pub async fn start(&self) -> kube::Client {
+        self.start_listener().await.1
+    }
+
+    /// Like `start`, and the listener's number (for `cut`).
+    pub async fn start_listener(&self) -> (usize, kube::Client) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(self.clone().serve(listener));
-        client(addr)
+        let id = self.listeners.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(self.clone().serve(listener, id));
+        (id, client(addr))
     }
 
     /// Serves on a thread of its own (its own runtime), so that a benchmark can tell
     /// the server's work from the client's; returns the address.
-    #[allow(dead_code)] // the benchmark's, not the tests'
     pub fn start_on_own_thread(&self) -> std::net::SocketAddr {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
         let me = self.clone();
+        let id = self.listeners.fetch_add(1, Ordering::SeqCst);
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -51,13 +161,18 @@ impl FakeApi {
                 .unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                me.serve(listener).await;
+                me.serve(listener, id).await;
             });
         });
         addr
     }
 
-    async fn serve(self, listener: tokio::net::TcpListener) {
+    /// From now on, every request on `listener` is answered 503.
+    pub fn cut(&self, listener: usize) {
+        self.cut.lock().unwrap().insert(listener);
+    }
+
+    async fn serve(self, listener: tokio::net::TcpListener, id: usize) {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
@@ -66,7 +181,7 @@ impl FakeApi {
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
                     let me = me.clone();
-                    async move { Ok::<_, Infallible>(me.answer(req).await) }
+                    async move { Ok::<_, Infallible>(me.answer(req, id).await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -75,35 +190,88 @@ impl FakeApi {
         }
     }
 
-    /// Stores `object` (a `Machine` object as JSON) as the server would after a create.
+    /// Stores `object` (a `Machine` object as JSON) as a create does.
     pub fn insert(&self, object: Value) {
-        let key = key_of(&object);
-        let mut object = object;
-        object["metadata"]["generation"] = json!(1);
-        object["metadata"]["resourceVersion"] = json!("1");
-        object["metadata"]["uid"] = json!(format!("uid-{}", key.1));
-        self.objects.lock().unwrap().insert(key, object);
+        let ns = object["metadata"]["namespace"].as_str().unwrap().to_owned();
+        if let Err((code, message)) = self.create(MACHINES.1, &ns, object) {
+            panic!("create refused: {code} {message}");
+        }
     }
 
-    /// The stored object, if any.
+    /// Stores `object` without the admission checks of its name, as an object made
+    /// before the CRD narrowed names is still stored.
+    pub fn insert_unadmitted(&self, object: Value) {
+        let ns = object["metadata"]["namespace"].as_str().unwrap().to_owned();
+        self.create_checked(MACHINES.1, &ns, object, false).unwrap();
+    }
+
+    /// Sets the `Machine`'s status to exactly `status` (a value a merge patch could not
+    /// write, such as a member that is null), as a write of the status would store it.
+    pub fn set_status_raw(&self, ns: &str, name: &str, status: Value) {
+        let mut state = self.state.lock().unwrap();
+        let key = (MACHINES.1.to_owned(), ns.to_owned(), name.to_owned());
+        let mut o = state.objects.get(&key).cloned().expect("object");
+        o["status"] = status;
+        self.commit(&mut state, MACHINES.1, ns, name, Some(o), "MODIFIED");
+    }
+
+    /// The stored `Machine` object, if any.
     pub fn get(&self, ns: &str, name: &str) -> Option<Value> {
-        self.objects
-            .lock()
-            .unwrap()
-            .get(&(ns.to_owned(), name.to_owned()))
-            .cloned()
+        self.object(MACHINES.1, ns, name)
     }
 
-    /// Marks the object deleted, as a DELETE of an object with finalizers does.
-    pub fn mark_deleted(&self, ns: &str, name: &str) {
-        let mut objects = self.objects.lock().unwrap();
-        let o = objects.get_mut(&(ns.to_owned(), name.to_owned())).unwrap();
-        o["metadata"]["deletionTimestamp"] = json!("2026-12-03T00:00:00Z");
+    /// Any stored object.
+    pub fn object(&self, plural: &str, ns: &str, name: &str) -> Option<Value> {
+        let key = (plural.to_owned(), ns.to_owned(), name.to_owned());
+        self.state.lock().unwrap().objects.get(&key).cloned()
     }
 
-    async fn answer(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    /// The events recorded in `ns`, in order of creation.
+    pub fn events(&self, ns: &str) -> Vec<Value> {
+        let state = self.state.lock().unwrap();
+        let mut events: Vec<Value> = state
+            .objects
+            .iter()
+            .filter(|((p, n, _), _)| p == EVENTS.1 && n == ns)
+            .map(|(_, v)| v.clone())
+            .collect();
+        events.sort_by_key(|e| e["metadata"]["uid"].as_str().unwrap_or("").to_owned());
+        events
+    }
+
+    /// Deletes the `Machine` object as a DELETE does.
+    pub fn delete(&self, ns: &str, name: &str) {
+        self.delete_object(MACHINES.1, ns, name).unwrap();
+    }
+
+    /// Changes the `Machine`'s spec as a merge patch of `{"spec": spec}` does.
+    pub fn patch_spec(&self, ns: &str, name: &str, spec: Value) {
+        self.patch(
+            MACHINES.1,
+            ns,
+            name,
+            None,
+            "application/merge-patch+json",
+            json!({ "spec": spec }),
+        )
+        .unwrap();
+    }
+
+    async fn answer(&self, req: Request<Incoming>, listener: usize) -> Response<Body> {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
+        let query = req.uri().query().unwrap_or("").to_owned();
+        self.requests
+            .lock()
+            .unwrap()
+            .push((listener, method.to_string(), path.clone()));
+        if self.cut.lock().unwrap().contains(&listener) {
+            return status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "cut off",
+            );
+        }
         let content_type = req
             .headers()
             .get("content-type")
@@ -111,79 +279,641 @@ impl FakeApi {
             .unwrap_or_default()
             .to_owned();
         let body = req.into_body().collect().await.unwrap().to_bytes();
-        let Some(rest) = path.strip_prefix(PREFIX) else {
-            return status(StatusCode::NOT_FOUND, "no such path");
+        let Some(route) = route(&path) else {
+            return status(StatusCode::NOT_FOUND, "NotFound", "no such path");
         };
-        let parts: Vec<&str> = rest.split('/').collect();
-        let (ns, name, sub) = match parts.as_slice() {
-            [ns, "machines", name] => (*ns, *name, None),
-            [ns, "machines", name, sub] => (*ns, *name, Some(*sub)),
-            _ => return status(StatusCode::NOT_FOUND, "no such path"),
-        };
-        let key = (ns.to_owned(), name.to_owned());
-        let mut objects = self.objects.lock().unwrap();
-        let Some(object) = objects.get_mut(&key) else {
-            return status(StatusCode::NOT_FOUND, "not found");
-        };
-        match (method, sub) {
-            (Method::GET, None) => json_response(object),
-            (Method::PATCH, sub) => {
-                let patch: Value = serde_json::from_slice(&body).unwrap();
-                let mut updated = object.clone();
-                match (content_type.as_str(), sub) {
-                    ("application/json-patch+json", None) => {
-                        let mut ops: json_patch::Patch = serde_json::from_value(patch).unwrap();
-                        // As the API server's JSON patch does: `test` of null passes on
-                        // a path that is absent (kube's finalizer helper relies on it).
-                        ops.0.retain(|op| match op {
-                            json_patch::PatchOperation::Test(t) if t.value.is_null() => {
-                                updated.pointer(t.path.as_str()).is_some()
-                            }
-                            _ => true,
-                        });
-                        if let Err(e) = json_patch::patch(&mut updated, &ops) {
-                            return status(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string());
-                        }
-                    }
-                    ("application/merge-patch+json", Some("status")) => {
-                        // The status subresource changes the status only.
-                        let only = json!({ "status": patch.get("status").cloned().unwrap_or(Value::Null) });
-                        json_patch::merge(&mut updated, &only);
-                    }
-                    (other, sub) => {
-                        return status(
-                            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                            &format!("{other} on {sub:?} is not served by the fake"),
-                        );
-                    }
-                }
-                self.writes.fetch_add(1, Ordering::SeqCst);
-                if sub == Some("status") {
-                    self.status_writes.fetch_add(1, Ordering::SeqCst);
-                }
-                let version: u64 = updated["metadata"]["resourceVersion"]
-                    .as_str()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                updated["metadata"]["resourceVersion"] = json!((version + 1).to_string());
-                let gone = updated["metadata"]["deletionTimestamp"].is_string()
-                    && updated["metadata"]["finalizers"]
-                        .as_array()
-                        .is_none_or(|f| f.is_empty());
-                let answer = json_response(&updated);
-                if gone {
-                    objects.remove(&key);
-                } else {
-                    *object = updated;
-                }
-                answer
+        let params: BTreeMap<String, String> = query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let parsed = || serde_json::from_slice::<Value>(&body);
+        let result = match (&method, &route) {
+            (&Method::GET, Route { name: None, .. })
+                if params.get("watch").map(String::as_str) == Some("true") =>
+            {
+                return self.watch(&route, &params);
             }
-            (m, sub) => status(
+            (&Method::GET, Route { name: None, .. }) => Ok((StatusCode::OK, self.list(&route))),
+            (
+                &Method::GET,
+                Route {
+                    name: Some(name),
+                    sub: None,
+                    ..
+                },
+            ) => match self.object(route.plural, route.namespace.as_deref().unwrap_or(""), name) {
+                Some(o) => Ok((StatusCode::OK, o)),
+                None => Err(not_found(route.plural, name)),
+            },
+            (
+                &Method::POST,
+                Route {
+                    name: None,
+                    namespace: Some(ns),
+                    ..
+                },
+            ) => match parsed() {
+                Ok(mut o) => {
+                    if o["metadata"]["namespace"].is_null() {
+                        o["metadata"]["namespace"] = json!(ns);
+                    }
+                    self.create(route.plural, ns, o)
+                        .map(|o| (StatusCode::CREATED, o))
+                }
+                Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+            },
+            (
+                &Method::PUT,
+                Route {
+                    name: Some(name),
+                    namespace: Some(ns),
+                    sub: None,
+                    ..
+                },
+            ) => match parsed() {
+                Ok(o) => self
+                    .replace(route.plural, ns, name, o)
+                    .map(|o| (StatusCode::OK, o)),
+                Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+            },
+            (
+                &Method::PATCH,
+                Route {
+                    name: Some(name),
+                    namespace: Some(ns),
+                    sub,
+                    ..
+                },
+            ) => match parsed() {
+                Ok(p) => self
+                    .patch(route.plural, ns, name, sub.as_deref(), &content_type, p)
+                    .map(|o| (StatusCode::OK, o)),
+                Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+            },
+            (
+                &Method::DELETE,
+                Route {
+                    name: Some(name),
+                    namespace: Some(ns),
+                    sub: None,
+                    ..
+                },
+            ) => self
+                .delete_object(route.plural, ns, name)
+                .map(|o| (StatusCode::OK, o)),
+            (m, _) => Err((
                 StatusCode::METHOD_NOT_ALLOWED,
-                &format!("{m} on {sub:?} is not served by the fake"),
-            ),
+                format!("{m} {path} is not served by the stand-in"),
+            )),
+        };
+        match result {
+            Ok((code, v)) => json_response(code, &v),
+            Err((code, message)) => {
+                let reason = match code {
+                    StatusCode::CONFLICT if message.contains("already exists") => "AlreadyExists",
+                    StatusCode::CONFLICT => "Conflict",
+                    StatusCode::NOT_FOUND => "NotFound",
+                    StatusCode::UNPROCESSABLE_ENTITY => "Invalid",
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaType",
+                    _ => "BadRequest",
+                };
+                status(code, reason, &message)
+            }
         }
     }
+
+    fn list(&self, route: &Route) -> Value {
+        let state = self.state.lock().unwrap();
+        let items: Vec<Value> = state
+            .objects
+            .iter()
+            .filter(|((p, n, _), _)| {
+                p == route.plural && route.namespace.as_ref().is_none_or(|ns| ns == n)
+            })
+            .map(|(_, v)| v.clone())
+            .collect();
+        json!({
+            "apiVersion": route.api_version(),
+            "kind": format!("{}List", route.kind()),
+            "metadata": { "resourceVersion": state.revision.to_string() },
+            "items": items,
+        })
+    }
+
+    /// A watch: every change after `resourceVersion`, then each change as it happens,
+    /// until `timeoutSeconds`.
+    fn watch(&self, route: &Route, params: &BTreeMap<String, String>) -> Response<Body> {
+        let from: u64 = params
+            .get("resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let timeout = params
+            .get("timeoutSeconds")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(290u64);
+        // Subscribed before the history is read, so no change falls between the two.
+        let rx = self.changes.subscribe();
+        let backlog: Vec<Change> = {
+            let state = self.state.lock().unwrap();
+            let oldest = state.history.first().map_or(0, |c| c.revision);
+            if from != 0 && from + 1 < oldest {
+                return status(
+                    StatusCode::GONE,
+                    "Expired",
+                    &format!("too old resource version: {from} ({oldest})"),
+                );
+            }
+            if from == 0 {
+                // From "now": a watch without a version starts with the current objects.
+                state
+                    .objects
+                    .iter()
+                    .filter(|((p, _, _), _)| p == route.plural)
+                    .map(|((_, ns, _), o)| Change {
+                        revision: state.revision,
+                        plural: route.plural,
+                        namespace: ns.clone(),
+                        kind: "ADDED",
+                        object: o.clone(),
+                    })
+                    .collect()
+            } else {
+                state
+                    .history
+                    .iter()
+                    .filter(|c| c.revision > from)
+                    .cloned()
+                    .collect()
+            }
+        };
+        let last = backlog.last().map_or(from, |c| c.revision);
+        let plural = route.plural;
+        let namespace = route.namespace.clone();
+        let wanted = move |c: &Change| {
+            c.plural == plural && namespace.as_ref().is_none_or(|ns| *ns == c.namespace)
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(timeout);
+        let backlog = futures_util::stream::iter(
+            backlog
+                .into_iter()
+                .filter(wanted.clone())
+                .collect::<Vec<_>>(),
+        );
+        let live = futures_util::stream::unfold((rx, last), move |(mut rx, last)| async move {
+            loop {
+                let next = tokio::time::timeout_at(deadline, rx.recv()).await;
+                match next {
+                    Ok(Ok(c)) if c.revision > last => return Some((c.clone(), (rx, c.revision))),
+                    Ok(Ok(_)) => continue,
+                    // Lagged or closed, or the timeout: the client watches again.
+                    _ => return None,
+                }
+            }
+        })
+        .filter(move |c| std::future::ready(wanted(c)));
+        let frames = backlog.chain(live).map(|c| {
+            let mut line =
+                serde_json::to_vec(&json!({ "type": c.kind, "object": c.object })).unwrap();
+            line.push(b'\n');
+            Ok::<_, Infallible>(Frame::data(Bytes::from(line)))
+        });
+        Response::builder()
+            .header("content-type", "application/json")
+            .body(BodyExt::boxed(StreamBody::new(frames)))
+            .unwrap()
+    }
+
+    fn create(&self, plural: &str, ns: &str, o: Value) -> Result<Value, (StatusCode, String)> {
+        self.create_checked(plural, ns, o, true)
+    }
+
+    fn create_checked(
+        &self,
+        plural: &str,
+        ns: &str,
+        mut o: Value,
+        admit: bool,
+    ) -> Result<Value, (StatusCode, String)> {
+        let name = o["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if admit {
+            self.check_name(plural, &name)?;
+        }
+        if plural == LEASES.1 {
+            check_lease(&o)?;
+        }
+        let mut state = self.state.lock().unwrap();
+        let key = (plural.to_owned(), ns.to_owned(), name.clone());
+        if state.objects.contains_key(&key) {
+            return Err((
+                StatusCode::CONFLICT,
+                format!("{plural} {name:?} already exists"),
+            ));
+        }
+        state.uids += 1;
+        o["metadata"]["uid"] = json!(format!("uid-{:08}", state.uids));
+        o["metadata"]["creationTimestamp"] = json!(now());
+        clean_metadata(&mut o);
+        if plural == MACHINES.1 {
+            o["metadata"]["generation"] = json!(1);
+            // The status subresource: a create leaves the status out.
+            if let Some(fields) = o.as_object_mut() {
+                fields.remove("status");
+            }
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(self.commit(&mut state, plural, ns, &name, Some(o), "ADDED"))
+    }
+
+    fn replace(
+        &self,
+        plural: &str,
+        ns: &str,
+        name: &str,
+        mut o: Value,
+    ) -> Result<Value, (StatusCode, String)> {
+        if plural == LEASES.1 {
+            check_lease(&o)?;
+        }
+        let mut state = self.state.lock().unwrap();
+        let key = (plural.to_owned(), ns.to_owned(), name.to_owned());
+        let Some(current) = state.objects.get(&key).cloned() else {
+            return Err(not_found(plural, name));
+        };
+        match o["metadata"]["resourceVersion"].as_str() {
+            Some(v) if Some(v) != current["metadata"]["resourceVersion"].as_str() => {
+                return Err(conflict(plural, name));
+            }
+            None if plural == MACHINES.1 => {
+                return Err((
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+                        .into(),
+                ));
+            }
+            _ => {}
+        }
+        for kept in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "generation",
+        ] {
+            o["metadata"][kept] = current["metadata"][kept].clone();
+        }
+        if plural == MACHINES.1 {
+            o["status"] = current["status"].clone();
+            if o["spec"] != current["spec"] {
+                o["metadata"]["generation"] =
+                    json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
+            }
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
+        clean_metadata(&mut o);
+        check_finalizers(&current, &o)?;
+        Ok(self.commit(&mut state, plural, ns, name, Some(o), "MODIFIED"))
+    }
+
+    fn patch(
+        &self,
+        plural: &str,
+        ns: &str,
+        name: &str,
+        sub: Option<&str>,
+        content_type: &str,
+        patch: Value,
+    ) -> Result<Value, (StatusCode, String)> {
+        let mut state = self.state.lock().unwrap();
+        let key = (plural.to_owned(), ns.to_owned(), name.to_owned());
+        let Some(current) = state.objects.get(&key).cloned() else {
+            return Err(not_found(plural, name));
+        };
+        let mut updated = current.clone();
+        match content_type {
+            "application/json-patch+json" => {
+                let mut ops: json_patch::Patch = serde_json::from_value(patch)
+                    .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+                ops.0.retain(|op| match op {
+                    json_patch::PatchOperation::Test(t) if t.value.is_null() => {
+                        updated.pointer(t.path.as_str()).is_some()
+                    }
+                    _ => true,
+                });
+                json_patch::patch(&mut updated, &ops)
+                    .map_err(|e| (StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+            }
+            "application/merge-patch+json" => json_patch::merge(&mut updated, &patch),
+            other => {
+                return Err((
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    format!("{other} is not served by the stand-in"),
+                ));
+            }
+        }
+        // The patched object's resourceVersion is the update's precondition.
+        if updated["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
+            return Err(conflict(plural, name));
+        }
+        for kept in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "generation",
+            "name",
+            "namespace",
+        ] {
+            updated["metadata"][kept] = current["metadata"][kept].clone();
+        }
+        if plural == MACHINES.1 {
+            match sub {
+                Some("status") => {
+                    let status = updated["status"].clone();
+                    updated = current.clone();
+                    updated["status"] = status;
+                    self.status_writes.fetch_add(1, Ordering::SeqCst);
+                }
+                None => {
+                    updated["status"] = current["status"].clone();
+                    if updated["spec"] != current["spec"] {
+                        updated["metadata"]["generation"] =
+                            json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
+                    }
+                }
+                Some(other) => {
+                    return Err((StatusCode::NOT_FOUND, format!("no subresource {other}")));
+                }
+            }
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
+        clean_metadata(&mut updated);
+        check_finalizers(&current, &updated)?;
+        if plural == LEASES.1 {
+            check_lease(&updated)?;
+        }
+        Ok(self.commit(&mut state, plural, ns, name, Some(updated), "MODIFIED"))
+    }
+
+    fn delete_object(
+        &self,
+        plural: &str,
+        ns: &str,
+        name: &str,
+    ) -> Result<Value, (StatusCode, String)> {
+        let mut state = self.state.lock().unwrap();
+        let key = (plural.to_owned(), ns.to_owned(), name.to_owned());
+        let Some(mut current) = state.objects.get(&key).cloned() else {
+            return Err(not_found(plural, name));
+        };
+        if plural == MACHINES.1 {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
+        let has_finalizers = current["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if !has_finalizers {
+            return Ok(self.commit(&mut state, plural, ns, name, None, "DELETED"));
+        }
+        if current["metadata"]["deletionTimestamp"].is_null() {
+            current["metadata"]["deletionTimestamp"] = json!(now());
+            current["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            return Ok(self.commit(&mut state, plural, ns, name, Some(current), "MODIFIED"));
+        }
+        Ok(current)
+    }
+
+    /// Stores (or, with `None` or a deleted object without finalizers, removes) the
+    /// object under a new revision, and tells the watches.
+    fn commit(
+        &self,
+        state: &mut State,
+        plural: &str,
+        ns: &str,
+        name: &str,
+        object: Option<Value>,
+        kind: &'static str,
+    ) -> Value {
+        state.revision += 1;
+        let key = (plural.to_owned(), ns.to_owned(), name.to_owned());
+        let (mut object, kind) = match object {
+            Some(o) => {
+                let gone = !o["metadata"]["deletionTimestamp"].is_null()
+                    && o["metadata"]["finalizers"]
+                        .as_array()
+                        .is_none_or(|f| f.is_empty());
+                if gone { (o, "DELETED") } else { (o, kind) }
+            }
+            None => (
+                state.objects.get(&key).cloned().unwrap_or(Value::Null),
+                "DELETED",
+            ),
+        };
+        object["metadata"]["resourceVersion"] = json!(state.revision.to_string());
+        if kind == "DELETED" {
+            state.objects.remove(&key);
+        } else {
+            state.objects.insert(key, object.clone());
+        }
+        let plural = [MACHINES.1, LEASES.1, EVENTS.1]
+            .into_iter()
+            .find(|p| *p == plural)
+            .unwrap_or("other");
+        let change = Change {
+            revision: state.revision,
+            plural,
+            namespace: ns.to_owned(),
+            kind,
+            object: object.clone(),
+        };
+        state.history.push(change.clone());
+        if state.history.len() > HISTORY {
+            let extra = state.history.len() - HISTORY;
+            state.history.drain(..extra);
+        }
+        let _ = self.changes.send(change);
+        object
+    }
+
+    fn check_name(&self, plural: &str, name: &str) -> Result<(), (StatusCode, String)> {
+        let subdomain = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            });
+        if !subdomain {
+            return Err((
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!(
+                    "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
+                ),
+            ));
+        }
+        let (max, pattern) = &*self.name_rule;
+        if plural == MACHINES.1 && (name.len() > *max || !pattern.is_match(name)) {
+            return Err((
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!(
+                    "metadata.name: Invalid value: {name:?}: metadata.name in body should match '{}' and be at most {max} characters",
+                    pattern.as_str()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A request path, split.
+struct Route {
+    group: &'static str,
+    plural: &'static str,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+impl Route {
+    fn api_version(&self) -> &'static str {
+        self.group.trim_start_matches("/apis/")
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.plural {
+            "machines" => "Machine",
+            "leases" => "Lease",
+            _ => "Event",
+        }
+    }
+}
+
+fn route(path: &str) -> Option<Route> {
+    for (group, plural) in [MACHINES, LEASES, EVENTS] {
+        let Some(rest) = path.strip_prefix(group) else {
+            continue;
+        };
+        let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+        let owned = |s: &str| Some(s.to_owned());
+        return match parts.as_slice() {
+            [p] if *p == plural => Some(Route {
+                group,
+                plural,
+                namespace: None,
+                name: None,
+                sub: None,
+            }),
+            ["namespaces", ns, p] if *p == plural => Some(Route {
+                group,
+                plural,
+                namespace: owned(ns),
+                name: None,
+                sub: None,
+            }),
+            ["namespaces", ns, p, name] if *p == plural => Some(Route {
+                group,
+                plural,
+                namespace: owned(ns),
+                name: owned(name),
+                sub: None,
+            }),
+            ["namespaces", ns, p, name, sub] if *p == plural => Some(Route {
+                group,
+                plural,
+                namespace: owned(ns),
+                name: owned(name),
+                sub: owned(sub),
+            }),
+            _ => None,
+        };
+    }
+    None
+}
+
+/// No new finalizer on an object being deleted.
+fn check_finalizers(before: &Value, after: &Value) -> Result<(), (StatusCode, String)> {
+    if before["metadata"]["deletionTimestamp"].is_null() {
+        return Ok(());
+    }
+    let had: Vec<&Value> = before["metadata"]["finalizers"]
+        .as_array()
+        .map(|f| f.iter().collect())
+        .unwrap_or_default();
+    let added = after["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| !had.contains(&x)));
+    if added {
+        return Err((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `ValidateLeaseSpec`: a positive duration, no negative transitions.
+fn check_lease(o: &Value) -> Result<(), (StatusCode, String)> {
+    let spec = &o["spec"];
+    if let Some(d) = spec["leaseDurationSeconds"].as_i64()
+        && d <= 0
+    {
+        return Err((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.leaseDurationSeconds: Invalid value: must be greater than 0".into(),
+        ));
+    }
+    if let Some(t) = spec["leaseTransitions"].as_i64()
+        && t < 0
+    {
+        return Err((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.leaseTransitions: Invalid value: must be greater than or equal to 0".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Empty metadata maps read back absent, as the API server stores them.
+fn clean_metadata(o: &mut Value) {
+    if let Some(meta) = o["metadata"].as_object_mut() {
+        meta.retain(|_, v| !v.is_null());
+        for list in ["finalizers", "annotations", "labels"] {
+            let empty = match meta.get(list) {
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Object(m)) => m.is_empty(),
+                _ => false,
+            };
+            if empty {
+                meta.remove(list);
+            }
+        }
+    }
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+fn not_found(plural: &str, name: &str) -> (StatusCode, String) {
+    (
+        StatusCode::NOT_FOUND,
+        format!("{plural} {name:?} not found"),
+    )
+}
+
+fn conflict(plural: &str, name: &str) -> (StatusCode, String) {
+    (
+        StatusCode::CONFLICT,
+        format!(
+            "Operation cannot be fulfilled on {plural} {name:?}: the object has been modified; please apply your changes to the latest version and try again"
+        ),
+    )
 }
 
 /// A kube client for the server at `addr`.
@@ -192,29 +922,21 @@ pub fn client(addr: std::net::SocketAddr) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
-fn key_of(object: &Value) -> (String, String) {
-    (
-        object["metadata"]["namespace"].as_str().unwrap().to_owned(),
-        object["metadata"]["name"].as_str().unwrap().to_owned(),
-    )
-}
-
-fn json_response(v: &Value) -> Response<Full<Bytes>> {
+fn json_response(code: StatusCode, v: &Value) -> Response<Body> {
     Response::builder()
+        .status(code)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(serde_json::to_vec(v).unwrap())))
+        .body(BodyExt::boxed(Full::new(Bytes::from(
+            serde_json::to_vec(v).unwrap(),
+        ))))
         .unwrap()
 }
 
 /// A `Status` object, as the API server answers errors.
-fn status(code: StatusCode, message: &str) -> Response<Full<Bytes>> {
+fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
     let body = json!({
-        "kind": "Status", "apiVersion": "v1", "status": "Failure",
-        "message": message, "reason": code.canonical_reason(), "code": code.as_u16()
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16()
     });
-    Response::builder()
-        .status(code)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
-        .unwrap()
+    json_response(code, &body)
 }

@@ -12,25 +12,25 @@ if ! grep -qx 941f615fa1d37277b514822c79a64bc6 "$state"; then
   echo 941f615fa1d37277b514822c79a64bc6 >> "$state"
 fi
 # step 2: run sh -ec '[ -f /usr/share/zoneinfo/Europe/Paris ] || { echo '\''no time zone Europe/Paris in /usr/share/zoneinfo'\'' >&2; exit 1; }
-if ! grep -qx c0b263d74277e623360539af78242619 "$state"; then
+if ! grep -qx 587211c85e8a990d31f91bc7484de4a4 "$state"; then
   sh -c "sh -ec '[ -f /usr/share/zoneinfo/Europe/Paris ] || { echo '\\''no time zone Europe/Paris in /usr/share/zoneinfo'\\'' >&2; exit 1; }
-printf '\\''%s\\n'\\'' Europe/Paris > /etc/timezone
-if [ -L /etc/localtime ] || [ "'! -e /etc/localtime ]; then ln -sfn /usr/share/zoneinfo/Europe/Paris /etc/localtime; else cp /usr/share/zoneinfo/Europe/Paris /etc/localtime; fi
+[ \""'$(cat /etc/timezone 2>/dev/null)" = Europe/Paris ] || printf '"'\\''%s\\n'\\'' Europe/Paris > /etc/timezone
+if [ -L /etc/localtime ] || [ "'! -e /etc/localtime ]; then [ "$(readlink /etc/localtime)" = /usr/share/zoneinfo/Europe/Paris ] || ln -sfn /usr/share/zoneinfo/Europe/Paris /etc/localtime; else cmp -s /usr/share/zoneinfo/Europe/Paris /etc/localtime || cp /usr/share/zoneinfo/Europe/Paris /etc/localtime; fi
 '"'"
-  echo c0b263d74277e623360539af78242619 >> "$state"
+  echo 587211c85e8a990d31f91bc7484de4a4 >> "$state"
 fi
 # step 3: run sh -ec 'getent group deploy >/dev/null || groupadd deploy
-if ! grep -qx 75363e0db67bfdcca5f71091ae02db85 "$state"; then
+if ! grep -qx 72bc1357a245dab360889231a3a530b4 "$state"; then
   sh -c "sh -ec 'getent group deploy >/dev/null || groupadd deploy
 getent passwd ops >/dev/null || useradd ops --groups deploy --shell /bin/bash -m
-passwd -l ops >/dev/null
+case \""'$(passwd -S ops 2>/dev/null | cut -d'"'\\'' '\\'' -f2)\" in L|LK) ;; *) passwd -l ops >/dev/null ;; esac
 d=\""'$(getent passwd ops | cut -d: -f6)/.ssh"
 if [ ! -d "$d" ]; then mkdir -p "$d"; chmod 700 "$d"; chown ops: "$d"; fi
 f="$d/authorized_keys"
 if [ ! -e "$f" ]; then : > "$f"; chmod 600 "$f"; chown ops: "$f"; fi
 grep -qxF -- '"'\\''ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBm9yXk2nL3sWq0cJ8pHh6YfTzQe1nM5bVrX2aD4uKgE ops@laptop'\\'' \""'$f" || printf '"'\\''%s\\n'\\'' '\\''ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBm9yXk2nL3sWq0cJ8pHh6YfTzQe1nM5bVrX2aD4uKgE ops@laptop'\\'' >> \""'$f"
 '"'"
-  echo 75363e0db67bfdcca5f71091ae02db85 >> "$state"
+  echo 72bc1357a245dab360889231a3a530b4 >> "$state"
 fi
 # step 4: run sh -ec 'command -v apt-get >/dev/null || { echo '\''apt-get not found: these packages are for the apt family'\'' >&2; exit 1; }
 if ! grep -qx ad5a47df930edc0d18bac27a689e3902 "$state"; then
@@ -52,10 +52,10 @@ if ! grep -qx 65213de25e7285541af84e8f13efb58a "$state"; then
   mv -f /etc/app/app.conf.machine-core-tmp /etc/app/app.conf
   echo 65213de25e7285541af84e8f13efb58a >> "$state"
 fi
-# step 6: run chown ops:deploy /etc/app/app.conf # file 65b86fa74b012fb4
-if ! grep -qx d8cfe218d211a303c549a7ae91e95e0a "$state"; then
-  sh -c 'chown ops:deploy /etc/app/app.conf # file 65b86fa74b012fb4'
-  echo d8cfe218d211a303c549a7ae91e95e0a >> "$state"
+# step 6: run find /etc/app/app.conf -maxdepth 0 -user ops -group deploy 2>/dev/null | grep -q . || chown ops:deploy /etc/app/app.conf # file 65b86fa74b012fb4
+if ! grep -qx 50afebee2bbcbb45747cc78349870871 "$state"; then
+  sh -c 'find /etc/app/app.conf -maxdepth 0 -user ops -group deploy 2>/dev/null | grep -q . || chown ops:deploy /etc/app/app.conf # file 65b86fa74b012fb4'
+  echo 50afebee2bbcbb45747cc78349870871 >> "$state"
 fi
 # step 7: write /etc/systemd/system/app.service
 if ! grep -qx baf06b2299612dcf3cfe53dd0f23ec8e "$state"; then
@@ -89,9 +89,10 @@ if ! grep -qx 52b8fc69589e25d28f5c88a2d50cf52e "$state"; then
   mv -f /etc/modules-load.d/app.conf.machine-core-tmp /etc/modules-load.d/app.conf
   echo 52b8fc69589e25d28f5c88a2d50cf52e >> "$state"
 fi
-# step 11: run sh -ec 'command -v visudo >/dev/null || { printf '\''%s: visudo not found: the sudo rule cannot be checked (install sudo first)\n'\'' '\''layer base.recipes[2].sudo'\'' >&2; exit 1; }
-if ! grep -qx 788e8cbf8124d1f37f663a2a2bbdbf70 "$state"; then
-  sh -c "sh -ec 'command -v visudo >/dev/null || { printf '\\''%s: visudo not found: the sudo rule cannot be checked (install sudo first)\\n'\\'' '\\''layer base.recipes[2].sudo'\\'' >&2; exit 1; }
+# step 11: run sh -ec 'if [ "$(stat -c %a /etc/sudoers.d/90-recipes-ops 2>/dev/null)" = 440 ] && printf '\''%s\n'\'' '\''ops ALL=(ALL) NOPASSWD:ALL'\'' | cmp -s - /etc/sudoers.d/90-recipes-ops; then exit 0; fi
+if ! grep -qx 02a73a57ac8cc1a6eb8b595a2b5e29e3 "$state"; then
+  sh -c "sh -ec 'if [ \""'$(stat -c %a /etc/sudoers.d/90-recipes-ops 2>/dev/null)" = 440 ] && printf '"'\\''%s\\n'\\'' '\\''ops ALL=(ALL) NOPASSWD:ALL'\\'' | cmp -s - /etc/sudoers.d/90-recipes-ops; then exit 0; fi
+command -v visudo >/dev/null || { printf '\\''%s: visudo not found: the sudo rule cannot be checked (install sudo first)\\n'\\'' '\\''layer base.recipes[2].sudo'\\'' >&2; exit 1; }
 mkdir -p /etc/sudoers.d
 printf '\\''%s\\n'\\'' '\\''ops ALL=(ALL) NOPASSWD:ALL'\\'' > /etc/sudoers.d/90-recipes-ops.recipes-new
 chmod 0440 /etc/sudoers.d/90-recipes-ops.recipes-new
@@ -102,15 +103,15 @@ if "'! out=$(visudo -cf /etc/sudoers.d/90-recipes-ops.recipes-new 2>&1); then
 fi
 mv -f /etc/sudoers.d/90-recipes-ops.recipes-new /etc/sudoers.d/90-recipes-ops
 '"'"
-  echo 788e8cbf8124d1f37f663a2a2bbdbf70 >> "$state"
+  echo 02a73a57ac8cc1a6eb8b595a2b5e29e3 >> "$state"
 fi
 # step 12: run sh -ec 'mkdir -p /srv/app
-if ! grep -qx c0e4826cee920e1446c5c26899c5bdb8 "$state"; then
+if ! grep -qx fddc70bace8a15d08a447ed4029e386b "$state"; then
   sh -c "sh -ec 'mkdir -p /srv/app
-chown ops /srv/app
-chmod 0755 /srv/app
-'"
-  echo c0e4826cee920e1446c5c26899c5bdb8 >> "$state"
+find /srv/app -maxdepth 0 -user ops 2>/dev/null | grep -q . || chown ops /srv/app
+[ \""'$(stat -c %a /srv/app)" = 755 ] || chmod 0755 /srv/app
+'"'"
+  echo fddc70bace8a15d08a447ed4029e386b >> "$state"
 fi
 # step 13: run sh -ec 'f=/etc/motd
 if ! grep -qx bc1f7ceb45292a656eb63a0043944cf2 "$state"; then
@@ -125,13 +126,13 @@ fi
   echo bc1f7ceb45292a656eb63a0043944cf2 >> "$state"
 fi
 # step 14: run sh -ec 'mkdir -p /etc/systemd/system/multi-user.target.wants
-if ! grep -qx b3e88fde58eebd9d1fdee2d01a672cfc "$state"; then
+if ! grep -qx 5dc86999ad26c88ff14a18ca6bdab6b2 "$state"; then
   sh -c "sh -ec 'mkdir -p /etc/systemd/system/multi-user.target.wants
-ln -sfn /etc/systemd/system/app.service /etc/systemd/system/multi-user.target.wants/app.service
+[ \""'$(readlink /etc/systemd/system/multi-user.target.wants/app.service)" = /etc/systemd/system/app.service ] || ln -sfn /etc/systemd/system/app.service /etc/systemd/system/multi-user.target.wants/app.service
 # files 2e3bdf870c8cdd82
 if [ -d /run/systemd/system ]; then systemctl daemon-reload; systemctl restart app.service; fi
-'"
-  echo b3e88fde58eebd9d1fdee2d01a672cfc >> "$state"
+'"'"
+  echo 5dc86999ad26c88ff14a18ca6bdab6b2 >> "$state"
 fi
 # step 15: run sh -ec '# content 8ae2b0f4fb7ede7f
 if ! grep -qx 90490c724a016b32caf8fb461dffe323 "$state"; then

@@ -31,24 +31,24 @@ if ! grep -qx 2924720831e364c9ea7384a47f70b713 "$state"; then
   echo 2924720831e364c9ea7384a47f70b713 >> "$state"
 fi
 # step 5: run sh -ec 'getent group deploy >/dev/null || groupadd deploy
-if ! grep -qx 8c49e3df04d29ed0db1fece599e68a72 "$state"; then
+if ! grep -qx 0c0a4a98fb18f62c6aa1eaef7ad30fc1 "$state"; then
   sh -c "sh -ec 'getent group deploy >/dev/null || groupadd deploy
 getent passwd app >/dev/null || useradd app --comment '\\''App'\\''\\'\\'''\\''s account'\\'' --groups deploy --shell /bin/bash -m
-passwd -l app >/dev/null
+case \""'$(passwd -S app 2>/dev/null | cut -d'"'\\'' '\\'' -f2)\" in L|LK) ;; *) passwd -l app >/dev/null ;; esac
 '"
-  echo 8c49e3df04d29ed0db1fece599e68a72 >> "$state"
+  echo 0c0a4a98fb18f62c6aa1eaef7ad30fc1 >> "$state"
 fi
 # step 6: run sh -ec 'getent passwd ops >/dev/null || useradd ops --shell /bin/bash -m
-if ! grep -qx 2ed9fd39ca5598d39ab1c96f7c8852ed "$state"; then
+if ! grep -qx 831a57f9cadf3e0a395efd459a7a83ef "$state"; then
   sh -c "sh -ec 'getent passwd ops >/dev/null || useradd ops --shell /bin/bash -m
-passwd -l ops >/dev/null
+case \""'$(passwd -S ops 2>/dev/null | cut -d'"'\\'' '\\'' -f2)\" in L|LK) ;; *) passwd -l ops >/dev/null ;; esac
 d=\""'$(getent passwd ops | cut -d: -f6)/.ssh"
 if [ ! -d "$d" ]; then mkdir -p "$d"; chmod 700 "$d"; chown ops: "$d"; fi
 f="$d/authorized_keys"
 if [ ! -e "$f" ]; then : > "$f"; chmod 600 "$f"; chown ops: "$f"; fi
 grep -qxF -- '"'\\''ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBm9yXk2nL3sWq0cJ8pHh6YfTzQe1nM5bVrX2aD4uKgE ops@laptop'\\'' \""'$f" || printf '"'\\''%s\\n'\\'' '\\''ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBm9yXk2nL3sWq0cJ8pHh6YfTzQe1nM5bVrX2aD4uKgE ops@laptop'\\'' >> \""'$f"
 '"'"
-  echo 2ed9fd39ca5598d39ab1c96f7c8852ed >> "$state"
+  echo 831a57f9cadf3e0a395efd459a7a83ef >> "$state"
 fi
 # step 7: run sh -ec 'command -v apt-get >/dev/null || { echo '\''apt-get not found: these packages are for the apt family'\'' >&2; exit 1; }
 if ! grep -qx 7d3642dbd2608d527ef792702bfdab17 "$state"; then
@@ -63,12 +63,12 @@ fi
   echo 7d3642dbd2608d527ef792702bfdab17 >> "$state"
 fi
 # step 8: write /etc/app/it's.conf
-if ! grep -qx 3729c4e337f43c7ab0b43b55a8801702 "$state"; then
+if ! grep -qx 4024e20c085e61784acb2b24b84c41be "$state"; then
   mkdir -p "$(dirname "/etc/app/it's.conf")"
-  printf '%s' 'YSAncXVvdGVkJyBsaW5lCglhbmQgYSB0YWIK' | base64 -d > "/etc/app/it's.conf.machine-core-tmp"
+  printf '%s' 'YSAncXVvdGVkJyBsaW5lCglhbmQgYSB0YWIKeCA9ICd5JyAjIHoK' | base64 -d > "/etc/app/it's.conf.machine-core-tmp"
   chmod 644 "/etc/app/it's.conf.machine-core-tmp"
   mv -f "/etc/app/it's.conf.machine-core-tmp" "/etc/app/it's.conf"
-  echo 3729c4e337f43c7ab0b43b55a8801702 >> "$state"
+  echo 4024e20c085e61784acb2b24b84c41be >> "$state"
 fi
 # step 9: write /etc/app/bin
 if ! grep -qx c9f79de2e7cf461f9b4f360ab0933a22 "$state"; then
@@ -126,9 +126,10 @@ if ! grep -qx 16a7c8b233eeccfbb339575cdbd1b06e "$state"; then
   mv -f /etc/containerd/config.toml.machine-core-tmp /etc/containerd/config.toml
   echo 16a7c8b233eeccfbb339575cdbd1b06e >> "$state"
 fi
-# step 16: run sh -ec 'command -v visudo >/dev/null || { printf '\''%s: visudo not found: the sudo rule cannot be checked (install sudo first)\n'\'' '\''layer base.recipes[2].sudo'\'' >&2; exit 1; }
-if ! grep -qx 90b538e4f0058b39196cdac5f69a5971 "$state"; then
-  sh -c "sh -ec 'command -v visudo >/dev/null || { printf '\\''%s: visudo not found: the sudo rule cannot be checked (install sudo first)\\n'\\'' '\\''layer base.recipes[2].sudo'\\'' >&2; exit 1; }
+# step 16: run sh -ec 'if [ "$(stat -c %a /etc/sudoers.d/90-recipes-app 2>/dev/null)" = 440 ] && printf '\''%s\n'\'' '\''app ALL=(root) NOPASSWD: /usr/bin/systemctl restart app'\'' | cmp -s - /etc/sudoers.d/90-recipes-app; then exit 0; fi
+if ! grep -qx 4203085605b8f5f4c73151421b2e0bf7 "$state"; then
+  sh -c "sh -ec 'if [ \""'$(stat -c %a /etc/sudoers.d/90-recipes-app 2>/dev/null)" = 440 ] && printf '"'\\''%s\\n'\\'' '\\''app ALL=(root) NOPASSWD: /usr/bin/systemctl restart app'\\'' | cmp -s - /etc/sudoers.d/90-recipes-app; then exit 0; fi
+command -v visudo >/dev/null || { printf '\\''%s: visudo not found: the sudo rule cannot be checked (install sudo first)\\n'\\'' '\\''layer base.recipes[2].sudo'\\'' >&2; exit 1; }
 mkdir -p /etc/sudoers.d
 printf '\\''%s\\n'\\'' '\\''app ALL=(root) NOPASSWD: /usr/bin/systemctl restart app'\\'' > /etc/sudoers.d/90-recipes-app.recipes-new
 chmod 0440 /etc/sudoers.d/90-recipes-app.recipes-new
@@ -139,11 +140,12 @@ if "'! out=$(visudo -cf /etc/sudoers.d/90-recipes-app.recipes-new 2>&1); then
 fi
 mv -f /etc/sudoers.d/90-recipes-app.recipes-new /etc/sudoers.d/90-recipes-app
 '"'"
-  echo 90b538e4f0058b39196cdac5f69a5971 >> "$state"
+  echo 4203085605b8f5f4c73151421b2e0bf7 >> "$state"
 fi
-# step 17: run sh -ec 'command -v visudo >/dev/null || { printf '\''%s: visudo not found: the sudo rule cannot be checked (install sudo first)\n'\'' '\''layer base.recipes[3].sudo'\'' >&2; exit 1; }
-if ! grep -qx 7ee09775c9395bb5ffdf01a2879952c5 "$state"; then
-  sh -c "sh -ec 'command -v visudo >/dev/null || { printf '\\''%s: visudo not found: the sudo rule cannot be checked (install sudo first)\\n'\\'' '\\''layer base.recipes[3].sudo'\\'' >&2; exit 1; }
+# step 17: run sh -ec 'if [ "$(stat -c %a /etc/sudoers.d/90-recipes-ops 2>/dev/null)" = 440 ] && printf '\''%s\n'\'' '\''ops ALL=(ALL) NOPASSWD:ALL'\'' | cmp -s - /etc/sudoers.d/90-recipes-ops; then exit 0; fi
+if ! grep -qx 6404f4ceb40b31e73d364c5ee9518560 "$state"; then
+  sh -c "sh -ec 'if [ \""'$(stat -c %a /etc/sudoers.d/90-recipes-ops 2>/dev/null)" = 440 ] && printf '"'\\''%s\\n'\\'' '\\''ops ALL=(ALL) NOPASSWD:ALL'\\'' | cmp -s - /etc/sudoers.d/90-recipes-ops; then exit 0; fi
+command -v visudo >/dev/null || { printf '\\''%s: visudo not found: the sudo rule cannot be checked (install sudo first)\\n'\\'' '\\''layer base.recipes[3].sudo'\\'' >&2; exit 1; }
 mkdir -p /etc/sudoers.d
 printf '\\''%s\\n'\\'' '\\''ops ALL=(ALL) NOPASSWD:ALL'\\'' > /etc/sudoers.d/90-recipes-ops.recipes-new
 chmod 0440 /etc/sudoers.d/90-recipes-ops.recipes-new
@@ -154,15 +156,15 @@ if "'! out=$(visudo -cf /etc/sudoers.d/90-recipes-ops.recipes-new 2>&1); then
 fi
 mv -f /etc/sudoers.d/90-recipes-ops.recipes-new /etc/sudoers.d/90-recipes-ops
 '"'"
-  echo 7ee09775c9395bb5ffdf01a2879952c5 >> "$state"
+  echo 6404f4ceb40b31e73d364c5ee9518560 >> "$state"
 fi
 # step 18: run sh -ec 'mkdir -p /srv/data
-if ! grep -qx b13bc1fcf44523615826359fb9a1e152 "$state"; then
+if ! grep -qx 3f59e77122f6c28ce813074bb0c3a061 "$state"; then
   sh -c "sh -ec 'mkdir -p /srv/data
-chown app:deploy /srv/data
-chmod 0750 /srv/data
-'"
-  echo b13bc1fcf44523615826359fb9a1e152 >> "$state"
+find /srv/data -maxdepth 0 -user app -group deploy 2>/dev/null | grep -q . || chown app:deploy /srv/data
+[ \""'$(stat -c %a /srv/data)" = 750 ] || chmod 0750 /srv/data
+'"'"
+  echo 3f59e77122f6c28ce813074bb0c3a061 >> "$state"
 fi
 # step 19: run sh -ec 'f='\''/etc/app/it'\''\'\'''\''s.conf'\''
 if ! grep -qx 945a7ed857fc3971997a56ce66868829 "$state"; then
@@ -177,13 +179,13 @@ fi
   echo 945a7ed857fc3971997a56ce66868829 >> "$state"
 fi
 # step 20: run sh -ec 'mkdir -p /etc/systemd/system/multi-user.target.wants
-if ! grep -qx f789824bfce93c8697fa0b363152c925 "$state"; then
+if ! grep -qx 7e5bdbb1d7ef9cd4e07edffb9dcf52f3 "$state"; then
   sh -c "sh -ec 'mkdir -p /etc/systemd/system/multi-user.target.wants
-ln -sfn /etc/systemd/system/app.service /etc/systemd/system/multi-user.target.wants/app.service
+[ \""'$(readlink /etc/systemd/system/multi-user.target.wants/app.service)" = /etc/systemd/system/app.service ] || ln -sfn /etc/systemd/system/app.service /etc/systemd/system/multi-user.target.wants/app.service
 # files e8e0a205d5ce8b06
 if [ -d /run/systemd/system ]; then systemctl daemon-reload; systemctl restart app.service; fi
-'"
-  echo f789824bfce93c8697fa0b363152c925 >> "$state"
+'"'"
+  echo 7e5bdbb1d7ef9cd4e07edffb9dcf52f3 >> "$state"
 fi
 # step 21: run sh -ec '# content 191f6b4506e0eb3d
 if ! grep -qx d3b7abcbd3a0871f49634d40becafdd7 "$state"; then
