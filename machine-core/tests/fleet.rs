@@ -439,3 +439,84 @@ async fn a_controller_killed_at_random_points_of_a_rollout_converges_without_dup
             .all(|m| m.phase == Phase::Provisioned || m.phase.is_running())
     );
 }
+
+/// A plan says what the set needs, machine by machine and why, and changes nothing; a
+/// reconciler started afresh in the middle of an in-place rollout (its memory lost)
+/// reads each machine's recorded digests and still updates one machine at a time.
+#[tokio::test]
+async fn a_plan_changes_nothing_and_a_fresh_reconciler_keeps_updating_one_at_a_time() {
+    use machine_core::fleet::ChangeKind;
+    let f = Fleet::new();
+    let rollout = Rollout::default().with_max_unavailable(IntOrPercent::Int(0));
+    let r = FleetReconciler::new(f.composer("b1", "a1"), set(3).with_rollout(rollout)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    let calls = f.cloud.api_calls();
+
+    // Fresh processes from here on: nothing remembered.
+    let fresh = |base: &str, app: &str, replicas: u32| {
+        FleetReconciler::new(f.composer(base, app), set(replicas).with_rollout(rollout)).unwrap()
+    };
+    let plan = fresh("b1", "a2", 4).plan().await.unwrap();
+    if std::env::var("FLEET_DEBUG").is_ok() {
+        eprintln!("plan: {:?} {:?}", plan.decisions, plan.changes);
+    }
+    let kinds = |k: ChangeKind| plan.changes.iter().filter(|c| c.kind == k).count();
+    assert_eq!(kinds(ChangeKind::UpdateInPlace), 3, "{:?}", plan.changes);
+    assert_eq!(kinds(ChangeKind::Create), 1, "{:?}", plan.changes);
+    assert!(
+        plan.changes
+            .iter()
+            .filter(|c| c.kind == ChangeKind::UpdateInPlace)
+            .all(|c| c.reason.contains("app")),
+        "{:?}",
+        plan.changes
+    );
+    assert_eq!(
+        f.cloud.api_calls(),
+        calls + 2,
+        "a plan lists twice and calls nothing else"
+    );
+    assert_eq!(f.machines().await.len(), 3, "a plan made a machine");
+    let plan = fresh("b2", "a1", 3).plan().await.unwrap();
+    assert_eq!(
+        plan.changes
+            .iter()
+            .filter(|c| c.kind == ChangeKind::Replace)
+            .count(),
+        3,
+        "{:?}",
+        plan.changes
+    );
+
+    // A new reconciler each step: still one in-place update at a time.
+    let mut updates = 0;
+    for _ in 0..30 {
+        let done = fresh("b1", "a2", 3).reconcile().await.unwrap();
+        let now = done
+            .decisions
+            .iter()
+            .filter(|d| d.contains("in place"))
+            .count();
+        assert!(now <= 1, "{:?}", done.decisions);
+        updates += now;
+        if !done
+            .status
+            .condition(conditions::PROGRESSING)
+            .unwrap()
+            .status
+            && updates == 3
+        {
+            break;
+        }
+    }
+    assert_eq!(updates, 3);
+    for m in f.machines().await {
+        let host = f.cloud.host(&m.provider_id).unwrap();
+        assert_eq!(
+            host.file_text("/etc/app").as_deref(),
+            Some("a2"),
+            "{}",
+            m.name
+        );
+    }
+}

@@ -32,7 +32,7 @@ mod names;
 mod reconciler;
 
 pub use names::{CREATED_LABEL, SET_LABEL, SLOT_LABEL};
-pub use reconciler::{FleetReconciled, FleetReconciler};
+pub use reconciler::{ChangeKind, FleetReconciled, FleetReconciler, PlannedChange};
 
 use std::fmt;
 use std::time::Duration;

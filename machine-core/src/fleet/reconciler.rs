@@ -35,6 +35,35 @@ pub struct FleetReconciled {
     /// What the step started, one line per decision with its reason (`create web-3-1:
     /// scale up to 5`, `delete web-0-1: replaced by web-0-2`), for logs and events.
     pub decisions: Vec<String>,
+    /// Every change the set still needs, whether or not this step started it (a
+    /// rollout's budget starts a few at a time): what a plan shows.
+    pub changes: Vec<PlannedChange>,
+}
+
+/// One change a set needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PlannedChange {
+    /// What happens.
+    pub kind: ChangeKind,
+    /// The machine it happens to (`None` for one not made yet).
+    pub machine: Option<MachineName>,
+    /// Why: the revision or layers that differ, the health check that failed, the scale.
+    pub reason: String,
+}
+
+/// What happens to a machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
+pub enum ChangeKind {
+    /// A machine is made for a new slot.
+    Create,
+    /// A machine is deleted and its slot given up.
+    Delete,
+    /// A machine is replaced by a new one (something coupled changed, or it is unhealthy).
+    Replace,
+    /// A machine's changed decoupled layers are applied again, in place.
+    UpdateInPlace,
 }
 
 /// Drives a [`MachineSet`] toward its desired state through a [`Composer`] (the
@@ -83,6 +112,8 @@ struct Seen {
     updating: bool,
     probe_failing_since: Option<Instant>,
     next_probe: Option<Instant>,
+    /// Its recorded layer digests were read and none differed: step it as usual.
+    verified: bool,
 }
 
 impl Seen {
@@ -91,6 +122,7 @@ impl Seen {
             provider_id,
             last: None,
             applied: None,
+            verified: false,
             updating: false,
             probe_failing_since: None,
             next_probe: None,
@@ -119,6 +151,8 @@ struct Member {
     coupled_current: bool,
     ready: bool,
     layers: Layers,
+    /// The decoupled layers whose applied digest differs from the template's.
+    changed_layers: Vec<String>,
     unhealthy: Option<String>,
     /// Its probe fails, not yet for long enough to make it unhealthy.
     probe_failing: bool,
@@ -142,11 +176,23 @@ struct Stepped {
     result: Result<Option<Machine>>,
 }
 
+/// How much of what a step decides it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Execute {
+    /// Everything: a reconcile.
+    All,
+    /// Only the read-only verifications: a plan's first look.
+    Verifications,
+    /// Nothing: a plan.
+    Nothing,
+}
+
 /// What a step decided so far: machines to delete (once each), work, and why.
 struct Plan {
     deleted: Vec<bool>,
     work: Vec<Work>,
     decisions: Vec<String>,
+    changes: Vec<PlannedChange>,
 }
 
 impl Plan {
@@ -178,7 +224,7 @@ enum Work {
 enum Outcome {
     Deleted(MachineName, Result<()>),
     Stepped(Box<Stepped>),
-    Verified(MachineName, Result<bool>),
+    Verified(Machine, Vec<Option<String>>, Result<Vec<Option<String>>>),
     Probed(MachineName, bool),
 }
 
@@ -289,6 +335,27 @@ impl FleetReconciler {
     /// machine do not fail the step (they go to the status and the decisions); an error
     /// of the listing does, and decides the requeue by its kind.
     pub async fn reconcile(&self) -> Result<FleetReconciled> {
+        let (done, only_verified) = self.step(Execute::All).await?;
+        if only_verified {
+            // A new process's first look read the machines' records; act on them now
+            // rather than a poll interval later.
+            return Ok(self.step(Execute::All).await?.0);
+        }
+        Ok(done)
+    }
+
+    /// What the next [`FleetReconciler::reconcile`] would start, without starting it: the
+    /// decisions (creates, deletes, in-place updates, each with its reason) and the status.
+    /// Read-only: the provider's listing and, for running machines this process has not
+    /// seen Ready, a read of their recorded layer digests (so that a changed decoupled
+    /// layer shows as an in-place update), nothing else.
+    pub async fn plan(&self) -> Result<FleetReconciled> {
+        self.step(Execute::Verifications).await?;
+        Ok(self.step(Execute::Nothing).await?.0)
+    }
+
+    /// One step; with it, whether all it did was read machines' records.
+    async fn step(&self, execute: Execute) -> Result<(FleetReconciled, bool)> {
         let set = &self.set;
         let provider = self.composer.provider().clone();
         let listed = provider.list(&self.selector()).await?;
@@ -349,6 +416,18 @@ impl FleetReconciler {
                 Some(_) if ready => Layers::Changed,
                 _ => Layers::Unknown,
             };
+            let changed_layers: Vec<String> = match seen.and_then(|s| s.applied.as_ref()) {
+                Some(applied) if layers == Layers::Changed => self
+                    .composer
+                    .bootstrapper()
+                    .layers()
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| applied.get(*i) != expected_layers.get(*i))
+                    .map(|(_, l)| l.name().to_owned())
+                    .collect(),
+                _ => Vec::new(),
+            };
             let failed = m.phase == Phase::Failed || last_phase == Some(Phase::Failed);
             let age = created.and_then(|c| wall.duration_since(c).ok());
             let unhealthy = if deleting {
@@ -390,6 +469,7 @@ impl FleetReconciler {
                 coupled_current,
                 ready,
                 layers,
+                changed_layers,
                 unhealthy,
                 probe_failing,
                 updating,
@@ -417,6 +497,7 @@ impl FleetReconciler {
             deleted: vec![false; members.len()],
             work,
             decisions,
+            changes: Vec::new(),
         };
 
         let live = members.iter().filter(|m| !m.deleting).count() as u32;
@@ -478,7 +559,9 @@ impl FleetReconciler {
                 .last_remediation
                 .is_none_or(|t| now.duration_since(t) >= set.health.remediation_interval);
             if due {
-                memo.last_remediation = Some(now);
+                if execute == Execute::All {
+                    memo.last_remediation = Some(now);
+                }
                 drop(memo);
                 let why = format!(
                     "unhealthy, {}",
@@ -522,6 +605,13 @@ impl FleetReconciler {
             for &(slot, _) in ranked.iter().take(excess) {
                 for &i in &slots[&slot] {
                     plan.delete(&members, i, format!("scale down to {replicas}"));
+                    if i == current_of(&slots[&slot]) {
+                        plan.changes.push(PlannedChange {
+                            kind: ChangeKind::Delete,
+                            machine: Some(members[i].m.name.clone()),
+                            reason: format!("scale down to {replicas}"),
+                        });
+                    }
                 }
                 occupied.retain(|s| *s != slot);
             }
@@ -600,6 +690,11 @@ impl FleetReconciler {
             if !taken {
                 let next = max_generation.get(&slot).map_or(0, |g| g + 1);
                 creates.push((slot, next, format!("scale up to {replicas}")));
+                plan.changes.push(PlannedChange {
+                    kind: ChangeKind::Create,
+                    machine: Some(names::machine_name(&set.name, slot, next)),
+                    reason: format!("scale up to {replicas}"),
+                });
                 needed -= 1;
             }
             slot += 1;
@@ -612,6 +707,42 @@ impl FleetReconciler {
                 previous: None,
                 in_place: false,
             });
+        }
+
+        // The whole picture of what the set still needs, started in this step or not.
+        for ids in slots.values() {
+            let mb = &members[current_of(ids)];
+            let scaled_away = plan
+                .changes
+                .iter()
+                .any(|c| c.kind == ChangeKind::Delete && c.machine.as_ref() == Some(&mb.m.name));
+            let change = if scaled_away {
+                None
+            } else if let Some(why) = &mb.unhealthy {
+                Some((ChangeKind::Replace, format!("unhealthy: {why}")))
+            } else if !mb.coupled_current {
+                Some((
+                    ChangeKind::Replace,
+                    format!(
+                        "made from revision {}; a coupled layer or the spec changed since",
+                        mb.m.revision().unwrap_or("none")
+                    ),
+                ))
+            } else if mb.layers == Layers::Changed {
+                Some((
+                    ChangeKind::UpdateInPlace,
+                    format!("decoupled layers changed: {}", mb.changed_layers.join(", ")),
+                ))
+            } else {
+                None
+            };
+            if let Some((kind, reason)) = change {
+                plan.changes.push(PlannedChange {
+                    kind,
+                    machine: Some(mb.m.name.clone()),
+                    reason,
+                });
+            }
         }
 
         // 6. In-place updates of changed decoupled layers, machine by machine.
@@ -673,7 +804,13 @@ impl FleetReconciler {
                     .filter(|s| s.provider_id == mb.m.provider_id)
                     .and_then(|s| s.last.clone())
             };
+            let verified = self
+                .lock()
+                .machines
+                .get(&mb.m.name)
+                .is_some_and(|s| s.verified);
             if previous.is_none()
+                && !verified
                 && mb.m.phase.is_running()
                 && mb.expected_layers.iter().any(Option::is_some)
             {
@@ -691,14 +828,26 @@ impl FleetReconciler {
         let Plan {
             work,
             mut decisions,
+            changes,
             ..
         } = plan;
         // Probes are looking, not changing: a fleet that only probes is steady.
         let busy = work.iter().any(|w| !matches!(w, Work::Probe(_)));
+        let only_verified = !work.is_empty() && work.iter().all(|w| matches!(w, Work::Verify(..)));
+        let work: Vec<Work> = match execute {
+            Execute::All => work,
+            Execute::Verifications => work
+                .into_iter()
+                .filter(|w| matches!(w, Work::Verify(..)))
+                .collect(),
+            Execute::Nothing => Vec::new(),
+        };
         let errors = self.run(work, &members, &template_revision).await;
         decisions.extend(errors);
-        for d in &decisions {
-            tracing::info!(set = %set.name, "{d}");
+        if execute == Execute::All {
+            for d in &decisions {
+                tracing::info!(set = %set.name, "{d}");
+            }
         }
 
         // Conditions.
@@ -747,11 +896,15 @@ impl FleetReconciler {
         } else {
             Action::Requeue(probe.map_or(RESYNC, |p| p.interval.min(RESYNC)))
         };
-        Ok(FleetReconciled {
-            status,
-            action,
-            decisions,
-        })
+        Ok((
+            FleetReconciled {
+                status,
+                action,
+                decisions,
+                changes,
+            },
+            only_verified,
+        ))
     }
 
     /// Runs the step's work, at most `concurrency` at once, and records the outcomes;
@@ -815,8 +968,8 @@ impl FleetReconciler {
                 })
             }
             Work::Verify(m, expected_layers) => Box::pin(async move {
-                let r = self.changed_layer(&m, &expected_layers).await;
-                Outcome::Verified(m.name, r)
+                let r = self.recorded_digests(&m).await;
+                Outcome::Verified(m, expected_layers, r)
             }),
             Work::Probe(m) => Box::pin(async move {
                 let ok = self.probe(&m).await;
@@ -825,24 +978,21 @@ impl FleetReconciler {
         }
     }
 
-    /// Whether a layer of `m` was applied with another digest than it has now (a
-    /// changed layer), from the records on the machine; layers never applied are not
-    /// changes.
-    async fn changed_layer(&self, m: &Machine, expected: &[Option<String>]) -> Result<bool> {
+    /// The layer digests recorded on `m` (`None` where a layer has none), read over
+    /// the composer's connector.
+    async fn recorded_digests(&self, m: &Machine) -> Result<Vec<Option<String>>> {
+        let layers = self.composer.bootstrapper().layers();
         let Some(connector) = self.composer.connector() else {
-            return Ok(false);
+            return Ok(vec![None; layers.len()]);
         };
         let transport = connector.connect(m).await?;
-        for (layer, want) in self.composer.bootstrapper().layers().iter().zip(expected) {
-            let Some(want) = want else { continue };
+        let mut recorded = Vec::with_capacity(layers.len());
+        for layer in layers {
             let path = revision::layer_digest_path(layer.name());
-            if let Some(have) = transport.read_file(&path, 1024).await?
-                && String::from_utf8_lossy(&have).trim() != want
-            {
-                return Ok(true);
-            }
+            let have = transport.read_file(&path, 1024).await?;
+            recorded.push(have.map(|b| String::from_utf8_lossy(&b).trim().to_owned()));
         }
-        Ok(false)
+        Ok(recorded)
     }
 
     /// Whether `m` answers its probe: a connection, and the command's exit 0.
@@ -930,23 +1080,30 @@ impl FleetReconciler {
                     }
                 }
             }
-            Outcome::Verified(name, r) => match r {
-                Ok(true) => {
-                    // Seen running with a changed layer: Ready with the layers it had,
-                    // so that step 6 updates it in its turn.
-                    if let Some(seen) = memo.machines.get_mut(&name) {
-                        seen.applied = Some(Vec::new());
+            Outcome::Verified(m, expected, r) => match r {
+                Ok(recorded) => {
+                    let seen = memo
+                        .machines
+                        .entry(m.name.clone())
+                        .or_insert_with(|| Seen::new(m.provider_id.clone()));
+                    let changed = recorded
+                        .iter()
+                        .zip(&expected)
+                        .any(|(have, want)| have.is_some() && have != want);
+                    if changed {
+                        // Bootstrapped before (its layers left records) with a layer that
+                        // changed since: Ready with what it has, so that its in-place
+                        // update waits for its turn instead of running now.
+                        let mut ready = m;
+                        ready.phase = Phase::Ready;
+                        seen.last = Some(ready);
+                        seen.applied = Some(recorded);
+                    } else {
+                        seen.verified = true;
                     }
                     None
                 }
-                Ok(false) => {
-                    // Nothing changed: a normal step from here on.
-                    if let Some(seen) = memo.machines.get_mut(&name) {
-                        seen.applied = None;
-                    }
-                    None
-                }
-                Err(e) => Some(format!("verifying {name}: {e}")),
+                Err(e) => Some(format!("verifying {}: {e}", m.name)),
             },
             Outcome::Probed(name, ok) => {
                 let interval = self
