@@ -224,7 +224,7 @@ enum Work {
 enum Outcome {
     Deleted(MachineName, Result<()>),
     Stepped(Box<Stepped>),
-    Verified(Machine, Vec<Option<String>>, Result<Vec<Option<String>>>),
+    Verified(Box<Machine>, Vec<Option<String>>, Result<Vec<Option<String>>>),
     Probed(MachineName, bool),
 }
 
@@ -969,7 +969,7 @@ impl FleetReconciler {
             }
             Work::Verify(m, expected_layers) => Box::pin(async move {
                 let r = self.recorded_digests(&m).await;
-                Outcome::Verified(m, expected_layers, r)
+                Outcome::Verified(Box::new(m), expected_layers, r)
             }),
             Work::Probe(m) => Box::pin(async move {
                 let ok = self.probe(&m).await;
@@ -1094,7 +1094,7 @@ impl FleetReconciler {
                         // Bootstrapped before (its layers left records) with a layer that
                         // changed since: Ready with what it has, so that its in-place
                         // update waits for its turn instead of running now.
-                        let mut ready = m;
+                        let mut ready = *m;
                         ready.phase = Phase::Ready;
                         seen.last = Some(ready);
                         seen.applied = Some(recorded);
