@@ -22,6 +22,9 @@ use crate::settings::{Ec2Settings, RootVolume};
 #[derive(Debug, Clone)]
 pub(crate) struct Ec2 {
     sdk: aws_sdk_ec2::Client,
+    /// Where requests go (`region us-east-1, endpoint https://...`), for errors that
+    /// got no answer: a name that does not resolve says which.
+    target: std::sync::Arc<str>,
     /// The rate limiters of the APIs that have their own (see [`Paced`]).
     paced: [RetryPartition; 5],
 }
@@ -101,8 +104,13 @@ impl Ec2 {
             .build();
         let paced = ["run", "terminate", "start", "stop", "reboot"]
             .map(|api| own_rate_limiter(&config.region, api));
+        let endpoint = config.endpoint_url.as_deref().map_or_else(
+            || format!("https://ec2.{}.amazonaws.com", config.region),
+            machine_core::redact_url,
+        );
         Ok(Ec2 {
             sdk: aws_sdk_ec2::Client::from_conf(ec2_config),
+            target: format!("region {}, endpoint {endpoint}", config.region).into(),
             paced,
         })
     }
@@ -161,7 +169,7 @@ impl Ec2 {
             .config_override(self.paced(Paced::Run))
             .send()
             .await
-            .map_err(|e| from_sdk("RunInstances", e))?;
+            .map_err(|e| from_sdk("RunInstances", &self.target, e))?;
         out.instances()
             .first()
             .cloned()
@@ -186,7 +194,7 @@ impl Ec2 {
                 .set_next_token(token.take())
                 .send()
                 .await
-                .map_err(|e| from_sdk("DescribeInstances", e))?;
+                .map_err(|e| from_sdk("DescribeInstances", &self.target, e))?;
             for r in page.reservations() {
                 out.extend(r.instances().iter().cloned());
             }
@@ -206,7 +214,7 @@ impl Ec2 {
             .config_override(self.paced(Paced::Terminate))
             .send()
             .await
-            .map_err(|e| from_sdk("TerminateInstances", e))?;
+            .map_err(|e| from_sdk("TerminateInstances", &self.target, e))?;
         Ok(())
     }
 
@@ -219,7 +227,7 @@ impl Ec2 {
             .config_override(self.paced(Paced::Terminate))
             .send()
             .await
-            .map_err(|e| from_sdk("TerminateInstances", e))?;
+            .map_err(|e| from_sdk("TerminateInstances", &self.target, e))?;
         Ok(())
     }
 
@@ -232,7 +240,7 @@ impl Ec2 {
             .config_override(self.paced(Paced::Start))
             .send()
             .await
-            .map_err(|e| from_sdk("StartInstances", e))?;
+            .map_err(|e| from_sdk("StartInstances", &self.target, e))?;
         Ok(())
     }
 
@@ -245,7 +253,7 @@ impl Ec2 {
             .config_override(self.paced(Paced::Stop))
             .send()
             .await
-            .map_err(|e| from_sdk("StopInstances", e))?;
+            .map_err(|e| from_sdk("StopInstances", &self.target, e))?;
         Ok(())
     }
 
@@ -258,7 +266,7 @@ impl Ec2 {
             .config_override(self.paced(Paced::Reboot))
             .send()
             .await
-            .map_err(|e| from_sdk("RebootInstances", e))?;
+            .map_err(|e| from_sdk("RebootInstances", &self.target, e))?;
         Ok(())
     }
 
@@ -270,7 +278,7 @@ impl Ec2 {
             .instance_id(id)
             .send()
             .await
-            .map_err(|e| from_sdk("GetConsoleOutput", e))?;
+            .map_err(|e| from_sdk("GetConsoleOutput", &self.target, e))?;
         let Some(b64) = out.output().filter(|o| !o.is_empty()) else {
             return Ok(None);
         };
@@ -298,7 +306,7 @@ impl Ec2 {
             .send()
             .with_subscriber(tracing::subscriber::NoSubscriber::default())
             .await
-            .map_err(|e| from_sdk("DescribeInstanceAttribute", e))?;
+            .map_err(|e| from_sdk("DescribeInstanceAttribute", &self.target, e))?;
         let Some(b64) = out
             .user_data()
             .and_then(|v| v.value())
@@ -323,7 +331,7 @@ impl Ec2 {
             .image_ids(image)
             .send()
             .await
-            .map_err(|e| from_sdk("DescribeImages", e))?;
+            .map_err(|e| from_sdk("DescribeImages", &self.target, e))?;
         out.images()
             .first()
             .and_then(|i| i.root_device_name())

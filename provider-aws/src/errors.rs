@@ -40,15 +40,24 @@ pub(crate) struct Reported {
 }
 
 /// Converts an SDK error from operation `op` (`RunInstances`) into a library error,
-/// keeping the SDK error as the source.
-pub(crate) fn from_sdk<E>(op: &str, err: SdkError<E, HttpResponse>) -> Error
+/// keeping the SDK error as the source. `target` (the region and endpoint) is named in
+/// errors that got no answer, so that a name that does not resolve says which.
+pub(crate) fn from_sdk<E>(op: &str, target: &str, err: SdkError<E, HttpResponse>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     if let Some(e) = credentials_failure(op, &err) {
         return e.with_source(err);
     }
-    let reported = report(&err);
+    let mut reported = report(&err);
+    if let Some(why) = &mut reported.no_answer {
+        let dns = why.contains("dns error") || why.contains("failed to lookup address");
+        *why = if dns {
+            format!("{why} (the endpoint's host name does not resolve: {target})")
+        } else {
+            format!("{why} ({target})")
+        };
+    }
     classify(op, &reported).with_source(err)
 }
 
@@ -179,14 +188,31 @@ pub(crate) fn classify(op: &str, r: &Reported) -> Error {
         "InvalidInstanceID.NotFound" | "InvalidInstanceID.Malformed" | "InvalidInstanceID" => {
             Error::not_found(text)
         }
+        // EC2 refuses a request signed more than 5 minutes from its own time; the
+        // message says nothing of clocks, the error does.
+        "RequestExpired" | "RequestTimeTooSkewed" | "InvalidSignatureException"
+            if code != "InvalidSignatureException" || message.contains("expired") =>
+        {
+            Error::new(
+                ErrorKind::Unauthorized,
+                format!(
+                    "{text}; the request's signing time is too far from EC2's: check this machine's clock (EC2 allows 5 minutes; timedatectl or chronyc tracking)"
+                ),
+            )
+        }
+        "SignatureDoesNotMatch" => Error::new(
+            ErrorKind::Unauthorized,
+            format!(
+                "{text}; the secret access key does not match the key id, or this machine's clock is far off"
+            ),
+        ),
         "AuthFailure"
         | "UnauthorizedOperation"
+        | "InvalidSignatureException"
         | "InvalidClientTokenId"
-        | "SignatureDoesNotMatch"
         | "OptInRequired"
         | "Blocked"
         | "ExpiredToken"
-        | "RequestExpired"
         | "AccessDenied"
         | "AccessDeniedException"
         | "MissingAuthenticationToken"
@@ -420,5 +446,37 @@ mod tests {
             );
             assert_eq!(e.kind(), kind, "{status}: {e}");
         }
+    }
+
+    #[test]
+    fn clock_skew_and_unresolvable_endpoints_say_what_to_look_at() {
+        let skew = |code: &str, message: &str| {
+            classify(
+                "RunInstances",
+                &Reported {
+                    code: Some(code.into()),
+                    message: Some(message.into()),
+                    status: Some(400),
+                    ..Reported::default()
+                },
+            )
+        };
+        for (code, message) in [
+            ("RequestExpired", "Request has expired."),
+            (
+                "InvalidSignatureException",
+                "Signature expired: 20261205T010203Z is now earlier than ...",
+            ),
+        ] {
+            let e = skew(code, message);
+            assert_eq!(e.kind(), ErrorKind::Unauthorized, "{e}");
+            assert!(e.to_string().contains("check this machine's clock"), "{e}");
+        }
+        let e = skew(
+            "SignatureDoesNotMatch",
+            "The request signature we calculated does not match",
+        );
+        assert!(e.to_string().contains("secret access key"), "{e}");
+        assert!(e.to_string().contains("clock"), "{e}");
     }
 }

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use machine_core::MachineProvisioner;
 use machine_core::decorators::Retrying;
 use machine_core::{
     CancellationToken, Composer, ComposerSettings, Deadlines, ErrorKind, RetryPolicy,
@@ -101,4 +102,19 @@ async fn check() {
         "took {took:?}: retried instead of failing at once"
     );
     assert_eq!(tripwire.connections(), 0, "a request was sent");
+}
+
+/// An endpoint whose host name does not resolve is named with the region in the error,
+/// so that an operator sees which setting is wrong.
+#[tokio::test]
+async fn an_unresolvable_endpoint_is_named_with_its_region() {
+    let provider = common::provider("http://no-such-ec2-endpoint.invalid:4566", "dns").await;
+    let e = provider
+        .find(&machine_core::MachineName::new("dns-1").unwrap())
+        .await
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(e.is_retryable(), "{msg}");
+    assert!(msg.contains("no-such-ec2-endpoint.invalid"), "{msg}");
+    assert!(msg.contains(common::REGION), "{msg}");
 }
