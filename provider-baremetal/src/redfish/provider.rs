@@ -236,7 +236,11 @@ impl RedfishProvider {
         }
         let media = MediaServer::start(
             config.media_server.listen,
-            config.media_server.url.as_deref(),
+            config
+                .media_server
+                .url
+                .as_ref()
+                .map(machine_core::UrlSetting::as_str),
         )
         .await?;
         let capabilities = Capabilities::default()
