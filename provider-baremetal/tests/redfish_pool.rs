@@ -132,10 +132,11 @@ async fn sizes_choose_servers_and_read_back() {
         .await
         .expect("create");
     assert!(
-        large
-            .provider_id
-            .as_str()
-            .ends_with(&format!("/{}/{}", sushy.systems[1].id, common::claim_id_of(&large))),
+        large.provider_id.as_str().ends_with(&format!(
+            "/{}/{}",
+            sushy.systems[1].id,
+            common::claim_id_of(&large)
+        )),
         "{}",
         large.provider_id
     );

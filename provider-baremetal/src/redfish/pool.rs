@@ -5,7 +5,9 @@
 //! - `<server>.json`: the claim on a server, linked into place (`link` fails when the
 //!   name exists, atomically like `O_EXCL`) so that of two controllers racing for one
 //!   server exactly one wins; replaced atomically (write, then rename) as the machine
-//!   moves on. It records the machine (owner, name, labels) and its progress: whether
+//!   moves on. It records the machine (owner, name, labels), the claim's random id
+//!   (which the machine's provider ID and cloud-init instance-id carry, so that nothing
+//!   of a released machine names the next one on the server) and its progress: whether
 //!   its create got as far as the power-on, when power-on was asked, where the seed is,
 //!   whether its bootstrap finished, whether it is being deleted.
 //! - `<name>@<owner>.lease`: the create lease of a name, linked into place the same way

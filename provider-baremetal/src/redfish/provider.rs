@@ -1138,6 +1138,23 @@ mod tests {
     }
 
     #[test]
+    fn every_claim_has_an_instance_id_of_its_own_and_old_claims_keep_theirs() {
+        let (a, b) = (claim(), claim());
+        assert_eq!(instance_id(&a), format!("m-{}", a.id));
+        assert_ne!(instance_id(&a), instance_id(&b));
+        // A claim file of an earlier version (no `version`) keeps the name.
+        let old: Claim = serde_json::from_str(
+            r#"{"owner":"o","name":"m","id":"0123456789abcdef","creating":false}"#,
+        )
+        .unwrap();
+        assert!(old.is_legacy());
+        assert_eq!(instance_id(&old), "m");
+        for bad in ["", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_claim_id("s0", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn an_ignored_power_on_is_asked_again_once_then_failed() {
         let grace = Duration::from_secs(30);
         let off = Some(PowerState::Off);
