@@ -131,7 +131,15 @@ async fn sizes_choose_servers_and_read_back() {
         .create(&spec("big").with_size("large"), None)
         .await
         .expect("create");
-    assert!(large.provider_id.as_str().ends_with(&sushy.systems[1].id));
+    assert!(
+        large.provider_id.as_str().ends_with(&format!(
+            "/{}/{}",
+            sushy.systems[1].id,
+            common::claim_id_of(&large)
+        )),
+        "{}",
+        large.provider_id
+    );
     let got = p.get(&large.provider_id).await.unwrap();
     let found = p.find(&large.name).await.unwrap().unwrap();
     let listed = p.list(&Labels::new()).await.unwrap();

@@ -43,14 +43,17 @@ async fn create_seeds_boots_and_delete_releases() {
         .await
         .expect("create");
     let system = &sushy.systems[1];
+    // The ID names the server and the claim.
+    let claim = claim_id(claims.path(), "s1");
     assert_eq!(
         m.provider_id.as_str(),
-        format!("redfish://{}/{}", sushy.addr, system.id)
+        format!("redfish://{}/{}/{claim}", sushy.addr, system.id)
     );
-    // The seed sushy downloaded is the ISO of this user data.
+    // The seed sushy downloaded is the ISO of this user data, its instance-id the
+    // machine's name and claim.
     let want = Seed {
         user_data: ud.bytes.as_slice(),
-        meta_data: b"instance-id: web-1\nlocal-hostname: web-1\n",
+        meta_data: format!("instance-id: web-1-{claim}\nlocal-hostname: web-1\n").as_bytes(),
         network_config: None,
     }
     .to_iso()
@@ -88,6 +91,98 @@ async fn create_seeds_boots_and_delete_releases() {
     );
     let cd = c.virtual_cd(&s).await.unwrap();
     assert_ne!(cd.inserted, Some(true), "the seed was ejected");
+
+    // The name made again on the same server is another machine: another ID, another
+    // instance-id (cloud-init runs its user data again over the disk's old state).
+    let pinned = spec("web-1").with_provider(serde_json::json!({"server": "s1"}));
+    let m2 = p.create(&pinned, Some(&ud)).await.expect("create again");
+    let claim2 = claim_id(claims.path(), "s1");
+    assert_ne!(claim2, claim);
+    assert_eq!(
+        m2.provider_id.as_str(),
+        format!("redfish://{}/{}/{claim2}", sushy.addr, system.id)
+    );
+    assert_eq!(
+        sushy.downloaded("seed.iso"),
+        vec![common::seed_of(&m2, &ud.bytes)]
+    );
+    // A late, retried delete of the old machine's ID (by any controller) leaves the
+    // new machine alone; every call on the old ID says it is gone.
+    again.delete(&m.provider_id).await.expect("a late delete");
+    p.delete(&m.provider_id).await.expect("a late delete");
+    assert_eq!(
+        claim_id(claims.path(), "s1"),
+        claim2,
+        "the new claim was released"
+    );
+    assert_eq!(
+        p.get(&m.provider_id).await.expect_err("gone").kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        p.power(&m.provider_id, PowerOp::Stop)
+            .await
+            .expect_err("gone")
+            .kind(),
+        ErrorKind::NotFound
+    );
+    let now = p
+        .get(&m2.provider_id)
+        .await
+        .expect("the new machine stands");
+    assert!(
+        matches!(now.phase, Phase::Provisioning | Phase::Provisioned),
+        "{}",
+        now.phase
+    );
+    assert_eq!(
+        again.find(&m2.name).await.unwrap().map(|f| f.provider_id),
+        Some(m2.provider_id.clone())
+    );
+    p.delete(&m2.provider_id).await.expect("delete");
+    assert!(p.list(&Default::default()).await.unwrap().is_empty());
+}
+
+/// The claim id in server `server`'s claim file.
+fn claim_id(dir: &std::path::Path, server: &str) -> String {
+    let body = std::fs::read(dir.join(format!("{server}.json"))).expect("the claim file");
+    let claim: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    claim["id"].as_str().unwrap().to_owned()
+}
+
+/// A claim written before provider IDs named claims (no `version`): its machine keeps
+/// the ID it was given, `redfish://<bmc>/<system>`, for every call; an ID naming a
+/// claim id does not name it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_an_earlier_version_keeps_its_id() {
+    let sushy = Sushy::start(1);
+    let claims = tempfile::tempdir().unwrap();
+    std::fs::write(
+        claims.path().join("s0.json"),
+        r#"{"owner":"team","name":"old","labels":{"idx":"0"},"powered":false,"id":"0123456789abcdef","creating":false}"#,
+    )
+    .unwrap();
+    let p = common::provider(&sushy, claims.path(), "team").await;
+    let legacy = format!("redfish://{}/{}", sushy.addr, sushy.systems[0].id);
+    let found = p
+        .find(&MachineName::new("old").unwrap())
+        .await
+        .unwrap()
+        .expect("the old machine");
+    assert_eq!(found.provider_id.as_str(), legacy);
+    assert_eq!(found.phase, Phase::Stopped);
+    let listed = p.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].provider_id, found.provider_id);
+    let with_claim = machine_core::ProviderId::new(format!("{legacy}/0123456789abcdef")).unwrap();
+    assert_eq!(
+        p.get(&with_claim).await.expect_err("not its ID").kind(),
+        ErrorKind::NotFound
+    );
+    p.delete(&with_claim).await.expect("nothing to delete");
+    assert_eq!(p.get(&found.provider_id).await.unwrap().name, found.name);
+    p.delete(&found.provider_id).await.expect("delete");
+    assert!(p.list(&Default::default()).await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,7 +220,11 @@ async fn two_controllers_never_claim_one_server() {
         results.push(t.await.unwrap());
     }
     let made: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
-    let mut ids: Vec<_> = made.iter().map(|m| m.provider_id.as_str()).collect();
+    // The servers (an ID is the server's and the claim's).
+    let mut ids: Vec<_> = made
+        .iter()
+        .map(|m| m.provider_id.as_str().rsplit_once('/').unwrap().0)
+        .collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), made.len(), "a server was given to two machines");

@@ -109,6 +109,40 @@ fn the_bmc_password_is_never_shown() {
         ))
         .expect_err("a list as password");
         assert_clean("the YAML error", &format!("{e} {e:?}"));
+        // The password written into a URL: refused naming the field, never shown, nor
+        // in a malformed URL, nor by a client built in code.
+        let host = sushy.endpoint.trim_start_matches("http://");
+        for (bmc, media) in [
+            (format!("http://admin:{CANARY}@{host}"), None),
+            (format!("'http://admin:{CANARY}@[{host}'"), None),
+            (
+                sushy.endpoint.clone(),
+                Some(format!("'http://seed:{CANARY}@127.0.0.1:9'")),
+            ),
+        ] {
+            let mut bad = common::pool_yaml(&sushy, claims.path(), "team")
+                .replace(&format!("bmc: {}", sushy.endpoint), &format!("bmc: {bmc}"));
+            if let Some(url) = &media {
+                bad = format!("mediaServer: {{url: {url}}}\n{bad}");
+            }
+            let e = RedfishPoolConfig::from_yaml(&bad).expect_err("a URL with a password");
+            let field = if media.is_some() {
+                "mediaServer.url"
+            } else {
+                "servers[0].bmc"
+            };
+            assert_eq!(e.field(), Some(field), "{e}");
+            assert_clean("the URL error", &format!("{e} {e:?}"));
+        }
+        let client = provider_baremetal::redfish::RedfishClient::new(
+            provider_http::HttpClient::new(&HttpSettings::default()).unwrap(),
+            format!("http://admin:{CANARY}@{host}").parse().unwrap(),
+            provider_baremetal::redfish::BmcCredentials::new(
+                "admin",
+                machine_core::SecretString::from(CANARY.to_owned()),
+            ),
+        );
+        assert_clean("a client's Debug", &format!("{client:?}"));
     });
     let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
     assert!(

@@ -199,7 +199,8 @@ pub struct RedfishClient {
 impl fmt::Debug for RedfishClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedfishClient")
-            .field("base", &self.base.as_str())
+            // Redacted: a base URL built in code may carry user information.
+            .field("base", &machine_core::redact_url(self.base.as_str()))
             .field("credentials", &self.credentials)
             .finish_non_exhaustive()
     }

@@ -2,10 +2,13 @@
 //! YAML or built in code, checked before any request is made.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use machine_core::{Error, Labels, Result, at_document_line, check_dns_label};
+use machine_core::{
+    Error, Labels, MAX_USER_FILE_BYTES, Result, UrlSetting, at_document_line, check_dns_label,
+    read_user_file, shown, shown_key,
+};
 use provider_http::{CertFingerprint, TlsConfig};
 use reqwest::Url;
 use serde::Deserialize;
@@ -36,7 +39,9 @@ pub struct RedfishPoolConfig {
     #[serde(default = "default_owner")]
     pub owner: String,
     /// The directory that holds the claims, one file per server, shared by every
-    /// controller of the pool (see [`crate::redfish`] for why not on the BMC).
+    /// controller of the pool (see [`crate::redfish`] for why not on the BMC). An
+    /// absolute path: a relative one would name another directory in every controller
+    /// started elsewhere.
     pub claim_dir: PathBuf,
     /// Where the seed images are served from.
     #[serde(default)]
@@ -58,9 +63,11 @@ pub struct MediaServerConfig {
     /// The address to listen on; default `127.0.0.1:0` (a free loopback port).
     #[serde(default = "default_listen")]
     pub listen: std::net::SocketAddr,
-    /// The URL BMCs reach it at, when not the listening address (NAT, a name).
+    /// The URL BMCs reach it at, when not the listening address (NAT, a name):
+    /// `http://` or `https://`, a host and an optional port and path, no user
+    /// information (Debug and errors show it redacted).
     #[serde(default)]
-    pub url: Option<String>,
+    pub url: Option<UrlSetting>,
 }
 
 impl Default for MediaServerConfig {
@@ -78,8 +85,10 @@ impl Default for MediaServerConfig {
 pub struct ServerEntry {
     /// The server's pool name, a DNS label.
     pub name: String,
-    /// The BMC's base URL, `https://host[:port]` (`http://` only with `insecure`).
-    pub bmc: String,
+    /// The BMC's base URL, `https://host[:port]` (`http://` only with `insecure`). No
+    /// user information: the account is [`ServerEntry::credentials`] (Debug and errors
+    /// show a URL redacted all the same).
+    pub bmc: UrlSetting,
     /// The system's id under `/redfish/v1/Systems/`.
     pub system_id: String,
     /// The BMC account.
@@ -87,14 +96,18 @@ pub struct ServerEntry {
     /// Allow plain HTTP or an unverified certificate for this BMC (a lab emulator).
     #[serde(default)]
     pub insecure: bool,
-    /// Trust only the CA certificates (PEM) in this file for this BMC.
+    /// Trust only the CA certificates (PEM) in this file for this BMC: a regular file of
+    /// at most [`MAX_USER_FILE_BYTES`], read when the pool is checked and when the
+    /// provider is built.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
     /// Trust exactly the BMC certificate with this SHA-256 fingerprint (hex, with or
     /// without colons): what self-signed BMC certificates call for.
     #[serde(default)]
     pub fingerprint: Option<String>,
-    /// Labels a spec can select servers by.
+    /// Labels a spec can select servers by: at most [`MAX_SERVER_LABELS`], keys of 1-63
+    /// and values of 0-63 characters of a-z, A-Z, 0-9, '-', '_', '.', '/', as a spec's
+    /// selector can name them.
     #[serde(default)]
     pub labels: Labels,
     /// The server's size class (`small`, `gpu-large`, `2x4096`), as the operator sorts
@@ -135,12 +148,138 @@ fn default_ssh_user() -> String {
 /// The longest owner: it is part of the claim directory's file names.
 const MAX_OWNER_LEN: usize = 128;
 
+/// The most labels a server may carry: a few describe hardware (rack, row, GPU model);
+/// a bound keeps a runaway inventory from costing memory and time on every selection.
+pub const MAX_SERVER_LABELS: usize = 64;
+
+/// The longest label key or value, as a spec's.
+const MAX_LABEL_LEN: usize = 63;
+
+/// The longest claim directory (Linux's PATH_MAX less room for the file names in it).
+const MAX_CLAIM_DIR_LEN: usize = 3800;
+
 fn default_listen() -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
+/// Fields whose value a reader's type error must not quote: passwords, and the URLs,
+/// which may carry a password in their user information.
 fn is_secret_field(field: &str) -> bool {
-    field.ends_with("credentials.password") || field.ends_with(".password")
+    field.ends_with("credentials.password")
+        || field.ends_with(".password")
+        || field.ends_with(".bmc")
+        || field == "mediaServer.url"
+}
+
+/// Checks a URL setting: no user information, a URL of one of `schemes` with a host.
+/// Errors name `field` and show the URL redacted.
+fn parse_url(field: &str, url: &UrlSetting, schemes: &[&str]) -> Result<reqwest::Url> {
+    url.check(field)?;
+    let parsed = reqwest::Url::parse(url.as_str()).map_err(|e| {
+        Error::invalid_spec(
+            field,
+            format!("{} is not a URL: {e}", shown(&url.to_string())),
+        )
+    })?;
+    // What the parser reads as user information even where the text did not look like
+    // it (`https:user:pw@host`): refused the same way.
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(Error::invalid_spec(
+            field,
+            format!(
+                "{} carries user information; give credentials in their own settings",
+                shown(&url.to_string())
+            ),
+        ));
+    }
+    if !schemes.contains(&parsed.scheme()) {
+        return Err(Error::invalid_spec(
+            field,
+            format!(
+                "scheme {} of {} is not {}",
+                shown(parsed.scheme()),
+                shown(&url.to_string()),
+                schemes.join(" or ")
+            ),
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(Error::invalid_spec(
+            field,
+            format!("{} has no host", shown(&url.to_string())),
+        ));
+    }
+    Ok(parsed)
+}
+
+/// Checks the claim directory: absolute and without `..`, so that every controller
+/// started anywhere names the same directory, and a directory when it exists already.
+fn check_claim_dir(dir: &Path) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::invalid_spec(
+            "claimDir",
+            format!("{} {why}", shown(&dir.to_string_lossy())),
+        ))
+    };
+    if dir.as_os_str().is_empty() {
+        return bad(
+            "is empty: give the absolute path of the directory every controller of the pool shares",
+        );
+    }
+    if !dir.is_absolute() {
+        return bad(
+            "is not an absolute path: a relative one names another directory wherever a controller starts",
+        );
+    }
+    if dir.as_os_str().len() > MAX_CLAIM_DIR_LEN {
+        return bad(&format!("is longer than {MAX_CLAIM_DIR_LEN} bytes"));
+    }
+    if dir.components().any(|c| c == Component::ParentDir) {
+        return bad("has a '..' component: give the directory's own path");
+    }
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => bad("exists and is not a directory"),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a server's labels as a spec's selector can name them.
+fn check_labels(labels: &Labels) -> Result<()> {
+    if labels.len() > MAX_SERVER_LABELS {
+        return Err(Error::invalid_spec(
+            "labels",
+            format!(
+                "{} labels, more than the {MAX_SERVER_LABELS} a server may carry",
+                labels.len()
+            ),
+        ));
+    }
+    let ok_chars = |s: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+    };
+    for (k, v) in labels {
+        let field = format!("labels.{}", shown_key(k));
+        if k.is_empty() || k.len() > MAX_LABEL_LEN || !ok_chars(k) {
+            return Err(Error::invalid_spec(
+                field,
+                format!(
+                    "label key {} must be 1-{MAX_LABEL_LEN} characters of a-z, A-Z, 0-9, '-', '_', '.', '/'",
+                    shown(k)
+                ),
+            ));
+        }
+        if v.len() > MAX_LABEL_LEN || !ok_chars(v) {
+            return Err(Error::invalid_spec(
+                field,
+                format!(
+                    "label value {} must be at most {MAX_LABEL_LEN} characters of a-z, A-Z, 0-9, '-', '_', '.', '/'",
+                    shown(v)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl ServerEntry {
@@ -154,7 +293,22 @@ impl ServerEntry {
             return Ok(TlsConfig::default().with_pinned_sha256(pin));
         }
         if let Some(ca) = &self.ca_file {
-            return Ok(TlsConfig::default().with_ca_file(ca));
+            // Read here, a regular file under a bound, so that a missing or unreadable
+            // file (or `/dev/zero`) is refused naming this field, when the pool is read.
+            let pem = read_user_file("caFile", ca, MAX_USER_FILE_BYTES)?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                Error::invalid_spec(
+                    "caFile",
+                    format!("{} is not PEM certificates: {e}", ca.display()),
+                )
+            })?;
+            if certs.is_empty() {
+                return Err(Error::invalid_spec(
+                    "caFile",
+                    format!("{} holds no certificate", ca.display()),
+                ));
+            }
+            return Ok(TlsConfig::default().with_ca_pem(pem));
         }
         if self.insecure {
             return Ok(TlsConfig::default().insecure());
@@ -162,39 +316,25 @@ impl ServerEntry {
         Ok(TlsConfig::default())
     }
 
-    /// The BMC's URL, checked.
+    /// The BMC's URL, checked: https (http only with `insecure`), a host and optional
+    /// port, nothing else. Errors show the URL redacted.
     pub fn bmc_url(&self) -> Result<Url> {
-        let url = Url::parse(&self.bmc).map_err(|e| {
-            Error::invalid_spec(
-                "bmc",
-                format!("{:?} is not a URL like https://bmc.example: {e}", self.bmc),
-            )
-        })?;
-        match url.scheme() {
-            "https" => {}
-            "http" if self.insecure => {}
-            "http" => {
-                return Err(Error::invalid_spec(
-                    "bmc",
-                    format!(
-                        "{} is plain HTTP: credentials would cross the network in clear; use https or set insecure: true",
-                        self.bmc
-                    ),
-                ));
-            }
-            other => {
-                return Err(Error::invalid_spec(
-                    "bmc",
-                    format!("scheme {other:?} of {:?} is not https", self.bmc),
-                ));
-            }
-        }
-        if url.host_str().is_none_or(str::is_empty) || url.path() != "/" || url.query().is_some() {
+        let url = parse_url("bmc", &self.bmc, &["https", "http"])?;
+        if url.scheme() == "http" && !self.insecure {
             return Err(Error::invalid_spec(
                 "bmc",
                 format!(
-                    "{:?} must be a scheme, host and optional port only",
-                    self.bmc
+                    "{} is plain HTTP: credentials would cross the network in clear; use https or set insecure: true",
+                    shown(&self.bmc.to_string())
+                ),
+            ));
+        }
+        if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+            return Err(Error::invalid_spec(
+                "bmc",
+                format!(
+                    "{} must be a scheme, host and optional port only",
+                    shown(&self.bmc.to_string())
                 ),
             ));
         }
@@ -244,6 +384,19 @@ impl RedfishPoolConfig {
                 "must be at least 1s: BMCs apply power changes seconds after accepting them",
             ));
         }
+        check_claim_dir(&self.claim_dir)?;
+        if let Some(url) = &self.media_server.url {
+            let parsed = parse_url("mediaServer.url", url, &["http", "https"])?;
+            if parsed.query().is_some() || parsed.fragment().is_some() {
+                return Err(Error::invalid_spec(
+                    "mediaServer.url",
+                    format!(
+                        "{} must be a base URL without query or fragment: seed paths are appended to it",
+                        shown(&url.to_string())
+                    ),
+                ));
+            }
+        }
         if self.servers.is_empty() {
             return Err(Error::invalid_spec("servers", "the pool has no server"));
         }
@@ -286,6 +439,7 @@ impl RedfishPoolConfig {
                 )));
             }
             s.tls().map_err(within)?;
+            check_labels(&s.labels).map_err(within)?;
             if s.credentials.username.is_empty() {
                 return Err(within(Error::invalid_spec(
                     "credentials.username",
@@ -413,5 +567,149 @@ mod tests {
         assert!(e.to_string().contains("credentials"), "{e}");
         let e = err(&GOOD.replace("password: pw-9f3k", "password: [pw-9f3k]"));
         assert!(!e.to_string().contains("pw-9f3k"), "{e}");
+    }
+
+    #[test]
+    fn missing_files_relative_dirs_odd_schemes_and_odd_label_keys_are_refused_by_field_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("not.pem");
+        std::fs::write(&not_pem, "hello\n").unwrap();
+        let cases = [
+            (
+                format!("{GOOD}    caFile: /nonexistent/ca.pem\n"),
+                "servers[0].caFile",
+                "line 7",
+            ),
+            (
+                format!("{GOOD}    caFile: /dev/zero\n"),
+                "servers[0].caFile",
+                "line 7",
+            ),
+            (
+                format!("{GOOD}    caFile: {}\n", dir.path().display()),
+                "servers[0].caFile",
+                "line 7",
+            ),
+            (
+                format!("{GOOD}    caFile: {}\n", not_pem.display()),
+                "servers[0].caFile",
+                "line 7",
+            ),
+            (
+                GOOD.replace("claimDir: /tmp/c", "claimDir: claims"),
+                "claimDir",
+                "line 1",
+            ),
+            (
+                GOOD.replace("claimDir: /tmp/c", "claimDir: ''"),
+                "claimDir",
+                "line 1",
+            ),
+            (
+                GOOD.replace("claimDir: /tmp/c", "claimDir: /srv/../etc"),
+                "claimDir",
+                "line 1",
+            ),
+            (
+                GOOD.replace("claimDir: /tmp/c", "claimDir: /dev/null"),
+                "claimDir",
+                "line 1",
+            ),
+            (
+                format!("mediaServer: {{url: 'ftp://10.0.0.2/seeds'}}\n{GOOD}"),
+                "mediaServer.url",
+                "line 1",
+            ),
+            (
+                format!("mediaServer: {{url: 'file:///srv/seeds'}}\n{GOOD}"),
+                "mediaServer.url",
+                "line 1",
+            ),
+            (
+                format!("mediaServer: {{url: 'http://10.0.0.2/?x=1'}}\n{GOOD}"),
+                "mediaServer.url",
+                "line 1",
+            ),
+            (
+                format!("{GOOD}    labels: {{\"rack key\": r1}}\n"),
+                "servers[0].labels.rack key",
+                "line 7",
+            ),
+            (
+                format!("{GOOD}    labels: {{rack: \"r 1\"}}\n"),
+                "servers[0].labels.rack",
+                "line 7",
+            ),
+            (
+                format!("{GOOD}    labels: {{\"\": r1}}\n"),
+                "servers[0].labels.",
+                "line 7",
+            ),
+        ];
+        for (yaml, field, line) in cases {
+            let e = err(&yaml);
+            assert_eq!(e.field(), Some(field), "{yaml}: {e}");
+            assert!(e.to_string().contains(line), "{yaml}: {e}");
+        }
+        let many: Vec<String> = (0..=MAX_SERVER_LABELS)
+            .map(|i| format!("k{i}: v"))
+            .collect();
+        let e = err(&format!("{GOOD}    labels: {{{}}}\n", many.join(", ")));
+        assert_eq!(e.field(), Some("servers[0].labels"), "{e}");
+        // What is allowed still reads.
+        let ok = RedfishPoolConfig::from_yaml(&format!(
+            "mediaServer: {{url: 'https://seeds.example:8443/redfish'}}\n{GOOD}    labels: {{topology.example/rack: r-1.a, empty: ''}}\n"
+        ))
+        .unwrap();
+        assert_eq!(ok.servers[0].labels["topology.example/rack"], "r-1.a");
+    }
+
+    #[test]
+    fn urls_with_user_information_are_refused_and_never_shown() {
+        const PW: &str = "hunter2-zq";
+        for (yaml, field) in [
+            (
+                GOOD.replace("https://10.0.0.1", &format!("https://admin:{PW}@10.0.0.1")),
+                "servers[0].bmc",
+            ),
+            (
+                GOOD.replace("https://10.0.0.1", &format!("'https:admin:{PW}@10.0.0.1'")),
+                "servers[0].bmc",
+            ),
+            // Malformed as well: still not quoted whole.
+            (
+                GOOD.replace(
+                    "https://10.0.0.1",
+                    &format!("'https://admin:{PW}@[10.0.0.1'"),
+                ),
+                "servers[0].bmc",
+            ),
+            (
+                GOOD.replace(
+                    "https://10.0.0.1",
+                    &format!("[https://admin:{PW}@10.0.0.1]"),
+                ),
+                "servers[0].bmc",
+            ),
+            (
+                format!("mediaServer: {{url: 'http://seed:{PW}@10.0.0.2:8080'}}\n{GOOD}"),
+                "mediaServer.url",
+            ),
+        ] {
+            let e = err(&yaml);
+            assert_eq!(e.field(), Some(field), "{yaml}: {e}");
+            assert!(!format!("{e} {e:?}").contains(PW), "{e:?}");
+        }
+        // Built in code, unchecked: Debug shows no password either.
+        let mut c = RedfishPoolConfig::from_yaml(GOOD).unwrap();
+        c.servers[0].bmc = UrlSetting::new(format!("https://admin:{PW}@10.0.0.1"));
+        c.media_server.url = Some(UrlSetting::new(format!("http://u:{PW}@10.0.0.2")));
+        assert!(!format!("{c:?}").contains(PW), "{c:?}");
+        let e = c.validate().expect_err("userinfo");
+        assert!(!format!("{e} {e:?}").contains(PW), "{e:?}");
+        c.servers[0].bmc = UrlSetting::new("https://10.0.0.1");
+        let e = c.validate().expect_err("userinfo in the media URL");
+        assert_eq!(e.field(), Some("mediaServer.url"), "{e}");
+        assert!(!format!("{e} {e:?}").contains(PW), "{e:?}");
     }
 }

@@ -11,5 +11,5 @@ mod provider;
 pub mod seed_iso;
 
 pub use client::{BmcCredentials, Boot, PowerState, RedfishClient, System, VirtualMedia};
-pub use config::{MediaServerConfig, RedfishPoolConfig, ServerEntry};
+pub use config::{MAX_SERVER_LABELS, MediaServerConfig, RedfishPoolConfig, ServerEntry};
 pub use provider::{RedfishProvider, RedfishSettings, SCHEME};

@@ -5,7 +5,9 @@
 //! - `<server>.json`: the claim on a server, linked into place (`link` fails when the
 //!   name exists, atomically like `O_EXCL`) so that of two controllers racing for one
 //!   server exactly one wins; replaced atomically (write, then rename) as the machine
-//!   moves on. It records the machine (owner, name, labels) and its progress: whether
+//!   moves on. It records the machine (owner, name, labels), the claim's random id
+//!   (which the machine's provider ID and cloud-init instance-id carry, so that nothing
+//!   of a released machine names the next one on the server) and its progress: whether
 //!   its create got as far as the power-on, when power-on was asked, where the seed is,
 //!   whether its bootstrap finished, whether it is being deleted.
 //! - `<name>@<owner>.lease`: the create lease of a name, linked into place the same way
@@ -40,10 +42,18 @@ pub(crate) const LEASE_TTL: Duration = Duration::from_secs(10);
 /// How often the holder of a lease touches it.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 
+/// The claim format's version: 1 since a machine's provider ID names its claim. Claims
+/// without one (0) were written before; their machines keep the IDs they were given,
+/// which name only the server.
+pub(crate) const CLAIM_VERSION: u32 = 1;
+
 /// What a claim file records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Claim {
+    /// The format's version ([`CLAIM_VERSION`]; 0 in claims written before it existed).
+    #[serde(default)]
+    pub version: u32,
     /// The claiming provider's owner.
     pub owner: String,
     /// The machine the server is.
@@ -55,7 +65,8 @@ pub(crate) struct Claim {
     /// stop): tells a server still booting (`Provisioning`) from one stopped on purpose.
     #[serde(default)]
     pub powered: bool,
-    /// A random id of this claim, to tell it from a later claim of the same server.
+    /// A random id of this claim, to tell it from a later claim of the same server; part
+    /// of the machine's provider ID and of its cloud-init instance-id (from version 1).
     #[serde(default)]
     pub id: String,
     /// The SSH user the spec named, for `access.ssh`.
@@ -88,9 +99,16 @@ pub(crate) struct Claim {
 }
 
 impl Claim {
+    /// Whether this claim was written before provider IDs named claims (its machine's
+    /// ID names only the server, its instance-id is the machine's name).
+    pub fn is_legacy(&self) -> bool {
+        self.version == 0
+    }
+
     /// A new claim of `owner` for machine `name`, its create not yet at the power-on.
     pub fn new(owner: &str, name: MachineName, labels: Labels) -> Self {
         Claim {
+            version: CLAIM_VERSION,
             owner: owner.to_owned(),
             name,
             labels,

@@ -26,7 +26,8 @@ use super::media_server::MediaServer;
 use super::pool::{Claim, Claims, LEASE_TTL, Lease, unix_now};
 use super::seed_iso::{MAX_FILE_BYTES, Seed};
 
-/// The provider ID scheme: `redfish://<bmc-host>/<system-id>`.
+/// The provider ID scheme: `redfish://<bmc-host>/<system-id>/<claim id>`, the claim id
+/// drawn anew for every claim of the server (see [`RedfishProvider::provider_id`]).
 pub const SCHEME: &str = "redfish";
 
 /// How long a power operation may take to show before stop, start or reboot give up
@@ -70,6 +71,8 @@ pub struct RedfishSettings {
 /// The seed this process serves for a server's claim, and the user data in it.
 struct Served {
     claim: String,
+    /// What the media server knows the seed by: the machine's provider ID.
+    key: String,
     user_data: Option<UserData>,
 }
 
@@ -93,6 +96,35 @@ enum Verdict {
     AskAgain,
     /// Still off after every power-on asked: the BMC does not apply them.
     Ignored,
+}
+
+/// Refuses a claim id that cannot be one segment of a provider ID: claims are files
+/// anyone with access to the directory can edit.
+fn check_claim_id(server: &str, id: &str) -> Result<()> {
+    if id.is_empty()
+        || id.len() > 64
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(Error::permanent(format!(
+            "the claim on server {server} has a malformed id {}: it was not written by this crate",
+            machine_core::shown(id)
+        )));
+    }
+    Ok(())
+}
+
+/// The cloud-init instance-id of the machine of `claim`: new for every claim, so that a
+/// server whose disk holds an earlier machine's cloud-init state runs the new machine's
+/// per-instance modules (its user data). Machines of claims written before keep their
+/// name, the instance-id they booted with.
+fn instance_id(claim: &Claim) -> String {
+    if claim.is_legacy() {
+        claim.name.to_string()
+    } else {
+        format!("{}-{}", claim.name, claim.id)
+    }
 }
 
 /// The phase of a machine from its claim and its system's power state, `now` (Unix
@@ -128,6 +160,12 @@ fn judge(claim: &Claim, state: Option<PowerState>, now: u64, grace: Duration) ->
 
 /// Servers behind Redfish BMCs as machines.
 ///
+/// - A machine's ID is `redfish://<bmc host[:port]>/<system id>/<claim id>`: the claim id
+///   is drawn anew for every claim, so the ID of a deleted machine never names a later
+///   machine on the same server (a late, retried delete of it does nothing). Machines of
+///   claims written before IDs named claims keep their `redfish://<bmc>/<system id>`.
+///   Its cloud-init instance-id is `<name>-<claim id>`, new for every claim, so a server
+///   whose disk holds an earlier machine's cloud-init state runs the new user data.
 /// - `create` claims the name first (a create lease in the claim directory, one holder
 ///   at a time), then the least recently released free server the spec allows (by
 ///   `provider.server`, `provider.selector` and the spec's size class), publishes a
@@ -173,7 +211,9 @@ fn judge(claim: &Claim, state: Option<PowerState>, now: u64, grace: Duration) ->
 pub struct RedfishProvider {
     config: RedfishPoolConfig,
     clients: Vec<RedfishClient>,
-    ids: Vec<ProviderId>,
+    /// Each server's ID prefix, `redfish://<bmc host[:port]>/<system id>`: the whole ID
+    /// of a machine whose claim was written before IDs named claims.
+    servers: Vec<String>,
     names: Vec<String>,
     claims: Claims,
     media: MediaServer,
@@ -212,7 +252,7 @@ impl RedfishProvider {
         config.validate()?;
         let mut built: Vec<(Option<TlsConfig>, HttpClient)> = Vec::new();
         let mut clients = Vec::with_capacity(config.servers.len());
-        let mut ids = Vec::with_capacity(config.servers.len());
+        let mut servers = Vec::with_capacity(config.servers.len());
         for (i, s) in config.servers.iter().enumerate() {
             let url = s.bmc_url()?;
             let own = (s.fingerprint.is_some() || s.ca_file.is_some() || s.insecure)
@@ -232,11 +272,15 @@ impl RedfishProvider {
                 }
             };
             clients.push(RedfishClient::new(client, url, s.credentials.clone()));
-            ids.push(Self::provider_id(s)?);
+            servers.push(Self::provider_id(s, "")?.as_str().to_owned());
         }
         let media = MediaServer::start(
             config.media_server.listen,
-            config.media_server.url.as_deref(),
+            config
+                .media_server
+                .url
+                .as_ref()
+                .map(machine_core::UrlSetting::as_str),
         )
         .await?;
         let capabilities = Capabilities::default()
@@ -253,7 +297,7 @@ impl RedfishProvider {
             probe: HttpClient::new(http)?,
             config,
             clients,
-            ids,
+            servers,
             media,
             served: Mutex::default(),
             capabilities,
@@ -270,17 +314,42 @@ impl RedfishProvider {
         &self.media
     }
 
-    /// The provider ID of `server`: `redfish://<bmc host[:port]>/<system id>`.
-    pub fn provider_id(server: &ServerEntry) -> Result<ProviderId> {
-        ProviderId::new(format!(
-            "{SCHEME}://{}/{}",
-            server.bmc_host()?,
-            server.system_id
-        ))
+    /// The provider ID of the machine `server` is while it carries the claim `claim_id`:
+    /// `redfish://<bmc host[:port]>/<system id>/<claim id>`, so that the ID of a released
+    /// claim never names a later machine on the same server. An empty `claim_id` gives
+    /// `redfish://<bmc host[:port]>/<system id>`, the ID of a machine whose claim was
+    /// written before IDs named claims.
+    pub fn provider_id(server: &ServerEntry, claim_id: &str) -> Result<ProviderId> {
+        let prefix = format!("{SCHEME}://{}/{}", server.bmc_host()?, server.system_id);
+        if claim_id.is_empty() {
+            ProviderId::new(prefix)
+        } else {
+            check_claim_id(&server.name, claim_id)?;
+            ProviderId::new(format!("{prefix}/{claim_id}"))
+        }
     }
 
-    fn index_of(&self, id: &ProviderId) -> Option<usize> {
-        self.ids.iter().position(|i| i == id)
+    /// The ID of server `i`'s machine of `claim`.
+    fn id_of(&self, i: usize, claim: &Claim) -> Result<ProviderId> {
+        if claim.is_legacy() {
+            return ProviderId::new(self.servers[i].clone());
+        }
+        check_claim_id(&self.names[i], &claim.id)?;
+        ProviderId::new(format!("{}/{}", self.servers[i], claim.id))
+    }
+
+    /// The server `id` names and the claim id it carries (`None`: an ID of a claim
+    /// written before IDs named claims).
+    fn locate<'a>(&self, id: &'a ProviderId) -> Option<(usize, Option<&'a str>)> {
+        self.servers.iter().enumerate().find_map(|(i, prefix)| {
+            match id.as_str().strip_prefix(prefix.as_str())? {
+                "" => Some((i, None)),
+                rest => {
+                    let claim = rest.strip_prefix('/')?;
+                    (!claim.is_empty() && !claim.contains('/')).then_some((i, Some(claim)))
+                }
+            }
+        })
     }
 
     fn not_found(&self, id: &ProviderId) -> Error {
@@ -288,9 +357,9 @@ impl RedfishProvider {
     }
 
     /// The machine of server `i`'s `claim`, in `phase`.
-    fn machine(&self, i: usize, claim: &Claim, phase: Phase) -> Machine {
+    fn machine(&self, i: usize, claim: &Claim, phase: Phase) -> Result<Machine> {
         let s = &self.config.servers[i];
-        let mut m = Machine::new(claim.name.clone(), self.ids[i].clone(), phase);
+        let mut m = Machine::new(claim.name.clone(), self.id_of(i, claim)?, phase);
         m.labels = claim.labels.clone();
         m.size = s.size.clone();
         if let Some(address) = &s.address {
@@ -303,7 +372,7 @@ impl RedfishProvider {
             let user = claim.ssh_user.clone().unwrap_or_else(|| s.ssh_user.clone());
             m.access = Access::ssh(SshEndpoint::new(address.clone(), s.ssh_port, user));
         }
-        m
+        Ok(m)
     }
 
     /// The machine of server `i`'s `claim` as `system` shows it. Observing is also when
@@ -312,14 +381,14 @@ impl RedfishProvider {
         let server = &self.names[i];
         let grace = self.config.power_on_grace;
         match judge(&claim, system.power_state, unix_now(), grace) {
-            Verdict::Phase(phase) => Ok(self.machine(i, &claim, phase)),
+            Verdict::Phase(phase) => self.machine(i, &claim, phase),
             Verdict::FirstSeenOn => {
                 claim.power_on_seen = true;
                 claim.power_on_asks = 0;
                 if let Err(e) = self.claims.update(server, &claim) {
                     tracing::warn!(server = %server, error = %e, "could not record the server on");
                 }
-                Ok(self.machine(i, &claim, Phase::Provisioned))
+                self.machine(i, &claim, Phase::Provisioned)
             }
             Verdict::AskAgain => {
                 tracing::warn!(server = %server, machine = %claim.name, "the BMC accepted a power-on but still shows the server off: asking again");
@@ -332,10 +401,10 @@ impl RedfishProvider {
                 if let Err(e) = self.claims.update(server, &claim) {
                     tracing::warn!(server = %server, error = %e, "could not record the power-on asked again");
                 }
-                Ok(self.machine(i, &claim, Phase::Provisioning))
+                self.machine(i, &claim, Phase::Provisioning)
             }
             Verdict::Ignored => {
-                let mut m = self.machine(i, &claim, Phase::Failed);
+                let mut m = self.machine(i, &claim, Phase::Failed)?;
                 m.failure = Some(Failure::new(
                     "PowerOnIgnored",
                     format!(
@@ -557,9 +626,13 @@ impl RedfishProvider {
         Ok(true)
     }
 
-    /// The seed of `spec` with `user_data`.
-    fn seed(spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Vec<u8>> {
-        let meta = format!("instance-id: {0}\nlocal-hostname: {0}\n", spec.name);
+    /// The seed of `spec`'s machine of `claim`, with `user_data`.
+    fn seed(spec: &MachineSpec, claim: &Claim, user_data: Option<&UserData>) -> Result<Vec<u8>> {
+        let meta = format!(
+            "instance-id: {}\nlocal-hostname: {}\n",
+            instance_id(claim),
+            spec.name
+        );
         Seed {
             user_data: user_data.map(|u| u.bytes.as_slice()).unwrap_or_default(),
             meta_data: meta.as_bytes(),
@@ -577,13 +650,16 @@ impl RedfishProvider {
         iso: Vec<u8>,
         user_data: Option<&UserData>,
     ) -> Result<String> {
-        let id = self.ids[i].as_str();
-        self.media.remove(id);
-        let url = self.media.publish(id, iso)?;
+        let key = self.id_of(i, claim)?.as_str().to_owned();
+        self.unpublish(i);
+        // A legacy claim's key is the server's: whatever this process served for it.
+        self.media.remove(&key);
+        let url = self.media.publish(&key, iso)?;
         self.served_map().insert(
             i,
             Served {
                 claim: claim.id.clone(),
+                key,
                 user_data: user_data.cloned(),
             },
         );
@@ -592,8 +668,10 @@ impl RedfishProvider {
 
     /// Stops serving server `i`'s seed.
     fn unpublish(&self, i: usize) {
-        self.media.remove(self.ids[i].as_str());
-        self.served_map().remove(&i);
+        let served = self.served_map().remove(&i);
+        if let Some(s) = served {
+            self.media.remove(&s.key);
+        }
     }
 
     fn served_map(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Served>> {
@@ -605,8 +683,7 @@ impl RedfishProvider {
     fn serving(&self, i: usize, claim: &Claim) -> bool {
         self.served_map()
             .get(&i)
-            .is_some_and(|s| s.claim == claim.id)
-            && self.media.serves(self.ids[i].as_str())
+            .is_some_and(|s| s.claim == claim.id && self.media.serves(&s.key))
     }
 
     /// Whether `url` answers (the seed a BMC holds is still served by someone).
@@ -652,7 +729,7 @@ impl RedfishProvider {
         if cd.inserted == Some(true) {
             client.eject_media(&cd).await?;
         }
-        let url = self.publish(i, claim, Self::seed(spec, user_data)?, user_data)?;
+        let url = self.publish(i, claim, Self::seed(spec, claim, user_data)?, user_data)?;
         client.insert_media(&cd, &url).await?;
         client.set_boot_override(&system, target, true).await?;
         claim.creating = false;
@@ -682,13 +759,13 @@ impl RedfishProvider {
             .provision(i, &mut claim, spec, settings, user_data, &mut progress)
             .await;
         let out = match done {
-            Ok(()) => Ok(self.machine(i, &claim, Phase::Provisioning)),
+            Ok(()) => self.machine(i, &claim, Phase::Provisioning),
             // The power-on is recorded, its answer lost (a 5xx, a cut connection): the
             // machine is made, and whether the BMC applied it is what observing it
             // finds out (asked again after the grace if it did not).
             Err(e) if progress.asked && e.is_retryable() => {
                 tracing::warn!(server = %self.names[i], machine = %claim.name, error = %e, "the power-on's answer was lost; it is asked again if the server stays off");
-                Ok(self.machine(i, &claim, Phase::Provisioning))
+                self.machine(i, &claim, Phase::Provisioning)
             }
             Err(e) => {
                 self.abandon(i, &claim, progress.cd.as_ref()).await;
@@ -739,7 +816,7 @@ impl RedfishProvider {
         {
             return Ok(());
         }
-        let url = self.publish(i, claim, Self::seed(spec, user_data)?, user_data)?;
+        let url = self.publish(i, claim, Self::seed(spec, claim, user_data)?, user_data)?;
         if inserted {
             client.eject_media(&cd).await?;
         }
@@ -768,15 +845,21 @@ impl RedfishProvider {
         self.observe(i, claim, &system).await
     }
 
-    /// This owner's claim on the server of `id`, with the server's index.
+    /// This owner's claim `id` names, with its server's index: the claim on the server
+    /// whose id the ID carries (an ID without one names only a claim written before IDs
+    /// named claims), so that an old machine's ID never names a newer claim.
     fn owned_claim(&self, id: &ProviderId) -> Result<Option<(usize, Claim)>> {
-        let Some(i) = self.index_of(id) else {
+        let Some((i, claim_id)) = self.locate(id) else {
             return Ok(None);
         };
         Ok(self
             .claims
             .read(&self.names[i])?
             .filter(|c| c.owner == self.config.owner)
+            .filter(|c| match claim_id {
+                Some(claim_id) => !c.is_legacy() && c.id == claim_id,
+                None => c.is_legacy(),
+            })
             .map(|c| (i, c)))
     }
 }
@@ -822,7 +905,7 @@ impl MachineProvisioner for RedfishProvider {
             if waiting_since.elapsed() > CREATE_WAIT {
                 // Its holder is alive but slow: what stands is the answer.
                 return match held.into_iter().next() {
-                    Some((i, claim)) => Ok(self.machine(i, &claim, Phase::Pending)),
+                    Some((i, claim)) => self.machine(i, &claim, Phase::Pending),
                     None => Err(Error::transient(format!(
                         "another controller has been creating machine {} for {CREATE_WAIT:?} without claiming a server",
                         spec.name
@@ -1052,6 +1135,23 @@ mod tests {
         c.power_on_asked = Some(1000);
         c.power_on_asks = 1;
         c
+    }
+
+    #[test]
+    fn every_claim_has_an_instance_id_of_its_own_and_old_claims_keep_theirs() {
+        let (a, b) = (claim(), claim());
+        assert_eq!(instance_id(&a), format!("m-{}", a.id));
+        assert_ne!(instance_id(&a), instance_id(&b));
+        // A claim file of an earlier version (no `version`) keeps the name.
+        let old: Claim = serde_json::from_str(
+            r#"{"owner":"o","name":"m","id":"0123456789abcdef","creating":false}"#,
+        )
+        .unwrap();
+        assert!(old.is_legacy());
+        assert_eq!(instance_id(&old), "m");
+        for bad in ["", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_claim_id("s0", bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -97,9 +97,28 @@ pub fn raw_client(sushy: &Sushy) -> provider_baremetal::redfish::RedfishClient {
     )
 }
 
-/// The NoCloud seed the provider makes for machine `name` with `user_data`.
-pub fn seed_of(name: &str, user_data: &[u8]) -> Vec<u8> {
-    let meta = format!("instance-id: {name}\nlocal-hostname: {name}\n");
+/// The claim id a machine's provider ID carries (`redfish://<bmc>/<system>/<claim id>`).
+pub fn claim_id_of(m: &machine_core::Machine) -> &str {
+    let id = m.provider_id.as_str();
+    let rest = id.strip_prefix("redfish://").expect("a redfish ID");
+    let parts: Vec<&str> = rest.split('/').collect();
+    assert_eq!(
+        parts.len(),
+        3,
+        "{id} is not redfish://<bmc>/<system>/<claim id>"
+    );
+    parts[2]
+}
+
+/// The NoCloud seed the provider makes for machine `m` with `user_data`: its
+/// instance-id is the name and the claim id, new for every claim.
+pub fn seed_of(m: &machine_core::Machine, user_data: &[u8]) -> Vec<u8> {
+    let meta = format!(
+        "instance-id: {}-{}\nlocal-hostname: {}\n",
+        m.name,
+        claim_id_of(m),
+        m.name
+    );
     provider_baremetal::redfish::seed_iso::Seed {
         user_data,
         meta_data: meta.as_bytes(),
