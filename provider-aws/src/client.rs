@@ -80,7 +80,7 @@ impl Ec2 {
             // stalled answer too; the SDK's throughput watch costs CPU on every call.
             .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
         if let Some(url) = &config.endpoint_url {
-            loader = loader.endpoint_url(url);
+            loader = loader.endpoint_url(url.as_str());
         }
         if let CredentialSource::Static {
             access_key_id,
@@ -104,9 +104,9 @@ impl Ec2 {
             .build();
         let paced = ["run", "terminate", "start", "stop", "reboot"]
             .map(|api| own_rate_limiter(&config.region, api));
-        let endpoint = config.endpoint_url.as_deref().map_or_else(
+        let endpoint = config.endpoint_url.as_ref().map_or_else(
             || format!("https://ec2.{}.amazonaws.com", config.region),
-            machine_core::redact_url,
+            |url| url.to_string(),
         );
         Ok(Ec2 {
             sdk: aws_sdk_ec2::Client::from_conf(ec2_config),

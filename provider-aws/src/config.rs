@@ -6,8 +6,8 @@ use std::fmt;
 use std::time::Duration;
 
 use machine_core::{
-    Error, MAX_TIMEOUT, Result, SecretString, at_document_line, check_duration, field_in_document,
-    shown,
+    Error, MAX_TIMEOUT, Result, SecretString, UrlSetting, at_document_line, check_duration,
+    field_in_document, shown,
 };
 use serde::{Deserialize, Deserializer};
 
@@ -59,7 +59,7 @@ impl fmt::Debug for CredentialSource {
 #[derive(Debug, Clone)]
 pub struct AwsConfig {
     pub(crate) region: String,
-    pub(crate) endpoint_url: Option<String>,
+    pub(crate) endpoint_url: Option<UrlSetting>,
     pub(crate) credentials: CredentialSource,
     pub(crate) owner: String,
     pub(crate) image: Option<String>,
@@ -194,7 +194,7 @@ impl AwsConfig {
 
     /// The endpoint override, if any.
     pub fn endpoint_url(&self) -> Option<&str> {
-        self.endpoint_url.as_deref()
+        self.endpoint_url.as_ref().map(UrlSetting::as_str)
     }
 
     /// The owner every machine of this provider is tagged with and found by.
@@ -281,7 +281,7 @@ fn refuse_bad_values_written(
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct AwsConfigFile {
     region: Option<String>,
-    endpoint_url: Option<String>,
+    endpoint_url: Option<UrlSetting>,
     owner: Option<String>,
     image: Option<String>,
     instance_type: Option<String>,
@@ -356,7 +356,8 @@ impl AwsConfigFile {
 #[derive(Debug, Clone)]
 pub struct AwsConfigBuilder {
     region: Option<String>,
-    endpoint_url: Option<String>,
+    // Debug shows it without user information; build refuses user information.
+    endpoint_url: Option<UrlSetting>,
     credentials: CredentialSource,
     owner: String,
     image: Option<String>,
@@ -395,7 +396,9 @@ impl AwsConfigBuilder {
         let get = |k: &str| get(k).filter(|v| !v.is_empty());
         let mut b = AwsConfigBuilder {
             region: get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION")),
-            endpoint_url: get("AWS_ENDPOINT_URL_EC2").or_else(|| get("AWS_ENDPOINT_URL")),
+            endpoint_url: get("AWS_ENDPOINT_URL_EC2")
+                .or_else(|| get("AWS_ENDPOINT_URL"))
+                .map(UrlSetting::from),
             image: get("PROVIDER_AWS_IMAGE"),
             instance_type: get("PROVIDER_AWS_INSTANCE_TYPE"),
             ..AwsConfigBuilder::default()
@@ -425,7 +428,7 @@ impl AwsConfigBuilder {
     /// Sends requests to `url` instead of EC2's regional endpoint (moto, LocalStack,
     /// a VPC endpoint). TLS is verified for `https` URLs as for EC2 itself.
     pub fn endpoint_url(mut self, url: impl Into<String>) -> Self {
-        self.endpoint_url = Some(url.into());
+        self.endpoint_url = Some(UrlSetting::new(url));
         self
     }
 
@@ -543,6 +546,7 @@ impl AwsConfigBuilder {
         })?;
         check_region(&region)?;
         if let Some(url) = &self.endpoint_url {
+            url.check("endpointUrl")?;
             check_endpoint(url)?;
         }
         if let CredentialSource::Static { access_key_id, .. } = &self.credentials
@@ -616,16 +620,20 @@ pub(crate) fn check_region(region: &str) -> Result<()> {
     }
 }
 
-fn check_endpoint(url: &str) -> Result<()> {
-    let rest = url
+fn check_endpoint(url: &UrlSetting) -> Result<()> {
+    let text = url.as_str();
+    let rest = text
         .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"));
+        .or_else(|| text.strip_prefix("http://"));
     let host = rest.map(|r| r.split(['/', '?']).next().unwrap_or(""));
     match host {
         Some(h) if !h.is_empty() && !h.chars().any(char::is_whitespace) => Ok(()),
         _ => Err(Error::invalid_spec(
             "endpointUrl",
-            format!("{} is not an http:// or https:// URL", shown(url)),
+            format!(
+                "{} is not an http:// or https:// URL",
+                shown(&url.to_string())
+            ),
         )),
     }
 }
@@ -687,6 +695,20 @@ mod tests {
         .unwrap();
         assert_eq!(c.region(), "us-east-2");
         assert_eq!(c.owner(), "machine-provisioning");
+    }
+
+    #[test]
+    fn an_endpoint_with_credentials_is_refused_and_never_shown() {
+        let b = AwsConfig::builder()
+            .region("us-east-1")
+            .endpoint_url("https://AKIA:s3cr3t@ec2.example.org");
+        assert!(!format!("{b:?}").contains("s3cr3t"), "{b:?}");
+        let e = b.build().unwrap_err();
+        assert_eq!(e.field(), Some("endpointUrl"), "{e}");
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
+        let e = AwsConfig::from_yaml("region: us-east-1\nendpointUrl: ftp://AKIA:s3cr3t@x\n")
+            .unwrap_err();
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
     }
 
     #[test]
