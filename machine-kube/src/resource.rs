@@ -211,7 +211,8 @@ pub(crate) fn machine_spec(machine: &Value, name: &str) -> Result<MachineSpec> {
             format!("must be left out or equal the object's name {name:?}"),
         ));
     }
-    MachineName::new(name).map_err(|e| e.within("metadata.name"))?;
+    // The name's own error names `name`; here it is the object's metadata.name.
+    MachineName::new(name).map_err(|e| Error::invalid_spec("metadata.name", e.message()))?;
     fields.insert("name".into(), name.into());
     let json = serde_json::to_string(&doc)
         .map_err(|e| Error::invalid_spec("spec.machine", e.to_string()))?;

@@ -468,7 +468,11 @@ async fn a_finalizer_left_by_an_earlier_controller_on_a_name_no_machine_has_come
     step(&api, "web.1", &ctx).await.unwrap();
     let said = api.get(NS, "web.1").unwrap()["status"]["specError"].clone();
     assert!(
-        said.as_str().unwrap_or("").contains("metadata.name"),
+        said.as_str().unwrap_or("").contains("metadata.name: "),
+        "{said}"
+    );
+    assert!(
+        !said.as_str().unwrap_or("").contains("metadata.name.name"),
         "{said}"
     );
     api.delete(NS, "web.1");
