@@ -100,6 +100,8 @@ fn set(replicas: u32) -> MachineSet {
 async fn a_set_scales_up_and_down_with_stable_names() {
     let f = Fleet::new();
     let r = FleetReconciler::new(f.composer("b1", "a1"), set(5)).unwrap();
+    // The machines a step creates are in its view.
+    assert_eq!(r.reconcile().await.unwrap().machines.len(), 5);
     converge(&r, 20, |_| {}).await;
     let names: BTreeSet<String> = f
         .machines()
@@ -117,6 +119,14 @@ async fn a_set_scales_up_and_down_with_stable_names() {
     assert_eq!(done.status.available, 5);
     assert_eq!(done.status.updated, 5);
     assert!(done.decisions.is_empty(), "{:?}", done.decisions);
+    // The step's view of each machine: Ready once its software is in place.
+    let seen: BTreeSet<String> = done
+        .machines
+        .iter()
+        .inspect(|m| assert_eq!(m.phase, Phase::Ready, "{}", m.name))
+        .map(|m| m.name.to_string())
+        .collect();
+    assert_eq!(seen, names);
 
     let mut r = r;
     r.update(
@@ -124,6 +134,14 @@ async fn a_set_scales_up_and_down_with_stable_names() {
         set(2).with_delete_policy(DeletePolicy::Newest),
     )
     .unwrap();
+    let first = r.reconcile().await.unwrap();
+    // The machines the step deletes read Deleting in its view.
+    let deleting = first
+        .machines
+        .iter()
+        .filter(|m| m.phase.is_deleting())
+        .count();
+    assert_eq!(deleting, 3, "{:?}", first.decisions);
     converge(&r, 20, |_| {}).await;
     let left: Vec<Machine> = f
         .machines()

@@ -38,6 +38,12 @@ pub struct FleetReconciled {
     /// Every change the set still needs, whether or not this step started it (a
     /// rollout's budget starts a few at a time): what a plan shows.
     pub changes: Vec<PlannedChange>,
+    /// The set's machines as the step leaves them, for a view of each (a controller's
+    /// per-machine objects): the provider's listing, each machine as the composer last
+    /// stepped it where this process did (so a machine whose software is in place reads
+    /// `Ready`), those the step deleted as `Deleting`, and those it created. A plan
+    /// shows them as listed.
+    pub machines: Vec<Machine>,
 }
 
 /// One change a set needs.
@@ -224,7 +230,11 @@ enum Work {
 enum Outcome {
     Deleted(MachineName, Result<()>),
     Stepped(Box<Stepped>),
-    Verified(Box<Machine>, Vec<Option<String>>, Result<Vec<Option<String>>>),
+    Verified(
+        Box<Machine>,
+        Vec<Option<String>>,
+        Result<Vec<Option<String>>>,
+    ),
     Probed(MachineName, bool),
 }
 
@@ -829,7 +839,7 @@ impl FleetReconciler {
             work,
             mut decisions,
             changes,
-            ..
+            deleted,
         } = plan;
         // Probes are looking, not changing: a fleet that only probes is steady.
         let busy = work.iter().any(|w| !matches!(w, Work::Probe(_)));
@@ -844,6 +854,15 @@ impl FleetReconciler {
         };
         let errors = self.run(work, &members, &template_revision).await;
         decisions.extend(errors);
+        let created: Vec<MachineName> = creates
+            .iter()
+            .map(|(slot, generation, _)| names::machine_name(&set.name, *slot, *generation))
+            .collect();
+        let machines = if execute == Execute::All {
+            self.observed(&members, &deleted, &created)
+        } else {
+            self.observed(&members, &vec![false; members.len()], &[])
+        };
         if execute == Execute::All {
             for d in &decisions {
                 tracing::info!(set = %set.name, "{d}");
@@ -902,9 +921,49 @@ impl FleetReconciler {
                 action,
                 decisions,
                 changes,
+                machines,
             },
             only_verified,
         ))
+    }
+
+    /// The members as the step leaves them: the composer's last look at each where it
+    /// is newer than the listing, `deleted` ones as Deleting, then the `created` ones.
+    fn observed(
+        &self,
+        members: &[Member],
+        deleted: &[bool],
+        created: &[MachineName],
+    ) -> Vec<Machine> {
+        let memo = self.lock();
+        let last = |name: &MachineName, id: Option<&ProviderId>| {
+            memo.machines
+                .get(name)
+                .filter(|s| id.is_none_or(|id| s.provider_id == *id))
+                .and_then(|s| s.last.clone())
+        };
+        let mut out: Vec<Machine> = members
+            .iter()
+            .zip(deleted)
+            .map(|(mb, &deleted)| {
+                if mb.deleting || deleted {
+                    let mut m = mb.m.clone();
+                    if !m.phase.is_deleting() {
+                        m.phase = Phase::Deleting;
+                    }
+                    return m;
+                }
+                last(&mb.m.name, Some(&mb.m.provider_id)).unwrap_or_else(|| mb.m.clone())
+            })
+            .collect();
+        for name in created {
+            if !out.iter().any(|m| m.name == *name)
+                && let Some(m) = last(name, None)
+            {
+                out.push(m);
+            }
+        }
+        out
     }
 
     /// Runs the step's work, at most `concurrency` at once, and records the outcomes;
