@@ -50,14 +50,23 @@ mod leader;
 mod reconciler;
 mod registry;
 mod resource;
+mod set_reconciler;
+mod set_resource;
 
 pub use conditions::{Condition, ConditionStatus};
 pub use leader::LeaderElection;
 pub use reconciler::{
-    Context, DEFAULT_RESYNC, FIELD_MANAGER, ReconcileError, error_policy, reconcile, run, run_until,
+    Context, DEFAULT_RESYNC, FIELD_MANAGER, ReconcileError, error_policy, reconcile, run, run_all,
+    run_all_until, run_until,
 };
 pub use registry::{ComposerFactory, Registry};
 pub use resource::{
     AppliedSpec, FINALIZER, GROUP, MachineAccess, MachineObject, MachineObjectSpec,
     MachineObjectStatus, NAME_PATTERN, ObservedMachine, PROVIDER_ANNOTATION, crd,
+};
+pub use set_reconciler::{error_policy_set, reconcile_set};
+pub use set_resource::{
+    IntOrString, LabelSelector, LabelSelectorRequirement, MachineSetObject, MachineSetObjectSpec,
+    MachineSetObjectStatus, MachineTemplate, SET_NAME_LABEL, SetDeletePolicy, SetHealthCheck,
+    SetProbe, SetStrategy, TemplateMetadata, machine_set_crd,
 };
