@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::{BoxFuture, Shared};
 use futures_util::{StreamExt, TryStreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -338,12 +338,13 @@ async fn apply(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
     let step = match built {
         Ok(()) => {
             let f = fleet.as_ref().expect("the fleet was just built");
-            f.reconciler.reconcile().await
+            let poll = f.reconciler.composer().settings().poll_interval;
+            f.reconciler.reconcile().await.map(|step| (step, poll))
         }
         Err(e) => Err(e.within("spec.template")),
     };
     drop(fleet);
-    let step = match step {
+    let (step, poll) = match step {
         Ok(step) => step,
         Err(e) if e.kind() == ErrorKind::InvalidSpec => return refuse(w, e).await,
         Err(e) => return fail(w, e.into()).await,
@@ -384,11 +385,16 @@ async fn apply(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
         spec: template,
     };
     mirror(w, Some(&view), &step).await?;
-    let after = step
+    let mut after = step
         .action
         .requeue_after()
         .unwrap_or(w.ctx.resync)
         .min(w.ctx.resync);
+    if step.machines.iter().any(|m| m.phase == Phase::Deleting) {
+        // The fleet is steady once the machines it keeps serve; the objects of those
+        // still going are taken away once they are gone, at the provider's pace.
+        after = after.min(poll);
+    }
     Ok(Action::requeue(after))
 }
 
@@ -714,7 +720,14 @@ async fn show(
                     namespace: w.obj.namespace(),
                     labels: Some(labels),
                     annotations: (!view.annotations.is_empty()).then(|| view.annotations.clone()),
-                    owner_references: w.obj.controller_owner_ref(&()).map(|r| vec![r]),
+                    // Garbage collection deletes the object once the set is gone; a
+                    // foreground deletion of the set waits for it.
+                    owner_references: w.obj.controller_owner_ref(&()).map(|r| {
+                        vec![OwnerReference {
+                            block_owner_deletion: Some(true),
+                            ..r
+                        }]
+                    }),
                     ..ObjectMeta::default()
                 },
                 spec: view.spec.clone(),

@@ -7,6 +7,8 @@
 //! - `Machine` objects (`/apis/machine-provisioning.dev/v1alpha1/[namespaces/NS/]machines`):
 //!   get, list, watch, create, replace, delete; JSON patch (RFC 6902) and JSON merge
 //!   patch (RFC 7386) of the object, merge patch of the `status` subresource;
+//! - `MachineSet` objects (`.../machinesets`): the same, and the `scale` subresource
+//!   (get, replace, merge or JSON patch of an `autoscaling/v1` Scale);
 //! - `Lease` objects (`/apis/coordination.k8s.io/v1/namespaces/NS/leases`): get,
 //!   create, replace;
 //! - `Event` objects (`/apis/events.k8s.io/v1/namespaces/NS/events`): create, merge
@@ -29,8 +31,27 @@
 //!   `/status` change `status` only; `metadata.generation` starts at 1 and grows when
 //!   `spec` changes, never for metadata or status;
 //! - names: every object's name is a DNS subdomain (RFC 1123, at most 253 characters);
-//!   a `Machine` also obeys the CRD's `metadata.name` schema (`machine_kube::crd()`),
-//!   which the API server applies to custom resources at admission (422 Invalid);
+//!   a `Machine` or `MachineSet` also obeys its CRD's `metadata.name` schema
+//!   (`machine_kube::crd()`, `machine_kube::machine_set_crd()`), which the API server
+//!   applies to custom resources at admission (422 Invalid);
+//! - the scale subresource, as the apiextensions API server serves it for a CRD whose
+//!   scale paths are `.spec.replicas`, `.status.replicas` and `.status.selector`
+//!   (`ScaleREST`, `scaleFromCustomResource`): a GET answers an `autoscaling/v1` Scale
+//!   with the object's name, namespace, uid, resourceVersion and creationTimestamp,
+//!   `spec.replicas`, `status.replicas` (0 when absent) and `status.selector` (empty
+//!   when absent), and is a 500 when `spec.replicas` is absent; a PUT or patch of the
+//!   Scale sets the object's `spec.replicas` only (the generation grows), under the
+//!   Scale's resourceVersion when it carries one (409 when stale), and answers the new
+//!   Scale. Every write of a `MachineSet` runs `ValidateScaleSpec` (`.spec.replicas`
+//!   from 0 to 2^31 - 1, else 422 naming `.spec.replicas`) and `ValidateScaleStatus`
+//!   (`.status.replicas` likewise, `.status.selector` a string); a status write runs
+//!   the second only;
+//! - label selectors of a list (`labelSelector`, `labels.Parse`): `k=v`, `k==v`,
+//!   `k!=v`, `k in (..)`, `k notin (..)`, `k`, `!k`, joined by commas (400 when it
+//!   does not parse);
+//! - the garbage collector in background propagation, at once (the real one lags):
+//!   when an object goes, each object all of whose `ownerReferences` are gone is
+//!   deleted as a DELETE does (finalizers hold it);
 //! - deletion: an object with finalizers gets `deletionTimestamp` and stays; no
 //!   finalizer may be added to it then (422); it goes (DELETED) once its last finalizer
 //!   is removed, or at once when it has none;
@@ -38,10 +59,13 @@
 //!   negative when set (422).
 //!
 //! Not modelled: authentication, admission webhooks, field managers and managedFields,
-//! server-side apply, pruning of unknown fields, the rest of the OpenAPI validation
-//! (the CRD test runs `kubernetes-validate` on the CRD itself), label and field
-//! selectors, pagination (a list answers everything at once, which the API server may
-//! also do), watch bookmarks (optional for a server), history compaction (410 Gone).
+//! server-side apply, pruning of unknown fields and defaulting (a `MachineSet` without
+//! `spec.replicas` keeps none, where the API server would store the schema's default
+//! 1), the rest of the OpenAPI validation (the CRD test runs `kubernetes-validate` on
+//! the CRDs themselves), field selectors and label selectors of a watch, pagination (a
+//! list answers everything at once, which the API server may also do), watch bookmarks
+//! (optional for a server), foreground and orphan deletion (`blockOwnerDeletion` has
+//! no effect here), history compaction (410 Gone).
 //!
 //! Each `start()` serves a listener of its own, as a replica of the controller would
 //! reach the server: `cut(listener)` answers 503 to all its requests from then on, as
@@ -595,7 +619,7 @@ impl FakeApi {
         };
         let mut updated = current.clone();
         updated["spec"]["replicas"] = json!(replicas);
-        check_scale(name, &updated)?;
+        check_scale(name, &updated, true)?;
         if updated["spec"] != current["spec"] {
             updated["metadata"]["generation"] =
                 json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
@@ -717,7 +741,7 @@ impl FakeApi {
             check_lease(&o)?;
         }
         if admit && plural == MACHINE_SETS.1 {
-            check_scale(&name, &o)?;
+            check_scale(&name, &o, true)?;
         }
         let mut state = self.state.lock().unwrap();
         let key = (plural.to_owned(), ns.to_owned(), name.clone());
@@ -785,7 +809,7 @@ impl FakeApi {
                     json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
             }
             if plural == MACHINE_SETS.1 {
-                check_scale(name, &o)?;
+                check_scale(name, &o, true)?;
             }
             self.count_write(plural, false);
         }
@@ -864,7 +888,7 @@ impl FakeApi {
                 }
             }
             if plural == MACHINE_SETS.1 {
-                check_scale(name, &updated)?;
+                check_scale(name, &updated, sub.is_none())?;
             }
             self.count_write(plural, false);
         }
@@ -1143,11 +1167,11 @@ fn scale_of(o: &Value) -> Value {
     })
 }
 
-/// `ValidateScaleSpec` and `ValidateScaleStatus`, which the API server runs on every
-/// write of a custom resource with a scale subresource: `.spec.replicas` and
-/// `.status.replicas`, where present, integers from 0 to 2^31 - 1; `.status.selector`
-/// a string.
-fn check_scale(name: &str, o: &Value) -> Result<(), (StatusCode, String)> {
+/// `ValidateScaleSpec` and `ValidateScaleStatus`, which the API server runs on writes
+/// of a custom resource with a scale subresource (a write of `/status` runs the second
+/// only): `.spec.replicas` and `.status.replicas`, where present, integers from 0 to
+/// 2^31 - 1; `.status.selector` a string.
+fn check_scale(name: &str, o: &Value, spec: bool) -> Result<(), (StatusCode, String)> {
     let invalid = |path: &str, v: &Value, why: &str| {
         Err((
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -1156,10 +1180,11 @@ fn check_scale(name: &str, o: &Value) -> Result<(), (StatusCode, String)> {
             ),
         ))
     };
-    for (path, v) in [
+    let checked = [
         (".spec.replicas", &o["spec"]["replicas"]),
         (".status.replicas", &o["status"]["replicas"]),
-    ] {
+    ];
+    for (path, v) in checked.into_iter().skip(usize::from(!spec)) {
         match v {
             Value::Null => {}
             Value::Number(n) => match n.as_i64() {
