@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures_util::future::{BoxFuture, Shared};
 use futures_util::{StreamExt, TryStreamExt};
@@ -40,10 +41,37 @@ const MIRROR_CONCURRENCY: usize = 16;
 /// Each set's fleet reconciler, by the object's uid.
 pub(crate) type Fleets = Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Fleet>>>>>;
 
-/// A set's fleet reconciler and what it was built from.
+/// A set's fleet reconciler, what it was built from, and when it last took a step.
 pub(crate) struct Fleet {
     from: Value,
     reconciler: FleetReconciler,
+    last_step: Option<Instant>,
+}
+
+impl Fleet {
+    fn new(from: Value, reconciler: FleetReconciler) -> Self {
+        Fleet {
+            from,
+            reconciler,
+            last_step: None,
+        }
+    }
+
+    /// How long until the next step may be taken, if the last was less than the
+    /// composer's poll interval ago. Each step lists the set's machines at the provider,
+    /// and each status it writes brings a watch event back: without this, a set that
+    /// is converging would be stepped as fast as the API server answers.
+    fn too_soon(&self) -> Option<Duration> {
+        let poll = self.reconciler.composer().settings().poll_interval;
+        let elapsed = self.last_step?.elapsed();
+        (elapsed < poll).then(|| poll - elapsed)
+    }
+
+    /// One step, noted.
+    async fn step(&mut self) -> machine_core::Result<FleetReconciled> {
+        self.last_step = Some(Instant::now());
+        self.reconciler.reconcile().await
+    }
 }
 
 impl Context {
@@ -320,6 +348,15 @@ async fn apply(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
     let from = json!({ "spec": w.obj.spec, "provider": template.provider });
     let slot = w.ctx.fleet(&w.uid());
     let mut fleet = slot.lock().await;
+    if let Some(wait) = fleet
+        .as_ref()
+        .filter(|f| f.from == from)
+        .and_then(Fleet::too_soon)
+    {
+        // A watch event right after the last step (most often of its own status
+        // write): the next step comes at the fleet's pace. A spec change goes at once.
+        return Ok(Action::requeue(wait));
+    }
     let built = match fleet.as_mut() {
         Some(f) if f.from == from => Ok(()),
         Some(f) => w
@@ -333,13 +370,13 @@ async fn apply(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
             .registry
             .build(&template.provider, &template.layers)
             .and_then(|c| FleetReconciler::new(c, spec.set.clone()))
-            .map(|reconciler| *fleet = Some(Fleet { from, reconciler })),
+            .map(|reconciler| *fleet = Some(Fleet::new(from, reconciler))),
     };
     let step = match built {
         Ok(()) => {
-            let f = fleet.as_ref().expect("the fleet was just built");
+            let f = fleet.as_mut().expect("the fleet was just built");
             let poll = f.reconciler.composer().settings().poll_interval;
-            f.reconciler.reconcile().await.map(|step| (step, poll))
+            f.step().await.map(|step| (step, poll))
         }
         Err(e) => Err(e.within("spec.template")),
     };
@@ -548,22 +585,29 @@ async fn cleanup(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
     let none = MachineSet::new(name.as_str(), 0, MachineSpec::new(machine_name));
     let slot = w.ctx.fleet(&w.uid());
     let mut fleet = slot.lock().await;
+    if let Some(wait) = fleet
+        .as_ref()
+        .filter(|f| f.from.is_null())
+        .and_then(Fleet::too_soon)
+    {
+        return Ok(Action::requeue(wait));
+    }
     let built = match fleet.as_mut() {
+        Some(f) if f.from.is_null() => Ok(()),
         Some(f) => f
             .reconciler
             .update(composer, none)
             .map(|()| f.from = Value::Null),
-        None => FleetReconciler::new(composer, none).map(|reconciler| {
-            *fleet = Some(Fleet {
-                from: Value::Null,
-                reconciler,
-            });
-        }),
+        None => FleetReconciler::new(composer, none)
+            .map(|reconciler| *fleet = Some(Fleet::new(Value::Null, reconciler))),
     };
     let step = match built {
         Ok(()) => {
-            let f = fleet.as_ref().expect("the fleet was just built");
-            f.reconciler.reconcile().await
+            fleet
+                .as_mut()
+                .expect("the fleet was just built")
+                .step()
+                .await
         }
         Err(e) => Err(e),
     };

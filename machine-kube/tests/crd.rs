@@ -5,8 +5,10 @@
 //! `x-kubernetes-preserve-unknown-fields` or `x-kubernetes-int-or-string`), camelCase
 //! throughout, without formats the API server warns about, narrowing names to machine
 //! names (set names: short enough for their machines' names); the set's has the scale
-//! subresource and a Deployment's printer columns; and `kubernetes-validate` (PyPI),
-//! which checks them against the OpenAPI of real Kubernetes versions, accepts them.
+//! subresource and a Deployment's printer columns; `kubernetes-validate` (PyPI),
+//! which checks them against the OpenAPI of real Kubernetes versions, accepts them; and
+//! the set's schema, run by a JSON Schema validator, takes the README's example and
+//! refuses what the API server refuses by it.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -357,4 +359,69 @@ fn kubernetes_validate_accepts_the_crd_for_every_supported_version() {
     let (ok, said) = validate(&file, "1.34.0");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!ok, "kubernetes-validate accepted a broken CRD:\n{said}");
+}
+
+/// The README's `MachineSet` passes the committed CRD's schema, and what the API server
+/// refuses at admission by that schema (a negative `replicas`, a name too long for the
+/// fleet's machine names, an unknown delete policy) is refused, by the JSON Schema
+/// validator of `kubernetes-validate`'s own environment (PyPI `jsonschema`).
+#[test]
+fn the_set_crd_schema_takes_the_readme_example_and_refuses_bad_sets() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let start = readme
+        .find("```yaml\napiVersion: machine-provisioning.dev/v1alpha1\nkind: MachineSet")
+        .expect("the README shows a MachineSet");
+    let example = &readme[start + "```yaml\n".len()..];
+    let example = &example[..example.find("```").unwrap()];
+    let python = kubernetes_validate().with_file_name("python");
+    let script = r#"
+import sys, json, yaml, jsonschema
+crd = yaml.safe_load(open(sys.argv[1]))
+schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+for doc in json.load(sys.stdin):
+    errors = list(jsonschema.Draft4Validator(schema).iter_errors(doc))
+    print(json.dumps(["/".join(str(p) for p in e.absolute_path) for e in errors]))
+"#;
+    let good: Value = serde_saphyr::from_str(example).unwrap();
+    let mut negative = good.clone();
+    negative["spec"]["replicas"] = (-1).into();
+    let mut long = good.clone();
+    long["metadata"]["name"] = "a".repeat(50).into();
+    let mut policy = good.clone();
+    policy["spec"]["deletePolicy"] = "Largest".into();
+    let docs = serde_json::to_string(&vec![good, negative, long, policy]).unwrap();
+    let mut child = Command::new(&python)
+        .args(["-c", script, COMMITTED_SETS])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubernetes-validate's python runs");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(docs.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<Vec<String>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            vec![],
+            vec!["spec/replicas".to_owned()],
+            vec!["metadata/name".to_owned()],
+            vec!["spec/deletePolicy".to_owned()],
+        ]
+    );
 }

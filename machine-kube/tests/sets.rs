@@ -324,14 +324,26 @@ async fn a_set_goes_ready_with_its_machines_shown_as_machine_objects_it_owns() {
     );
     assert_eq!(w.api.writes.load(Ordering::SeqCst), writes);
 
-    // Settled: nothing more is written, to the set or its machines' objects.
+    // Settled: nothing more is written, to the set or its machines' objects, and the
+    // set is looked at again after the resync.
     let set_writes = w.api.set_writes.load(Ordering::SeqCst);
     for _ in 0..3 {
+        // Past the fleet's poll interval (10 ms here), so that each is a step.
+        tokio::time::sleep(Duration::from_millis(20)).await;
         let action = w.step("web").await.unwrap();
         assert_eq!(action, Action::requeue(Duration::from_secs(60)));
     }
     assert_eq!(w.api.set_writes.load(Ordering::SeqCst), set_writes);
     assert_eq!(w.api.writes.load(Ordering::SeqCst), writes);
+    // A reconcile right after a step (a watch event of its own write) calls nothing and
+    // comes back at the fleet's pace.
+    let calls = w.cloud.api_calls();
+    let action = w.step("web").await.unwrap();
+    assert!(
+        action != Action::requeue(Duration::from_secs(60)) && action != Action::await_change(),
+        "{action:?}"
+    );
+    assert_eq!(w.cloud.api_calls(), calls, "a step right after a step");
 
     // A decision is an event.
     let creating = w
