@@ -162,6 +162,8 @@ struct Member {
     unhealthy: Option<String>,
     /// Its probe fails, not yet for long enough to make it unhealthy.
     probe_failing: bool,
+    /// Running, and not looked at by this process yet.
+    unseen_running: bool,
     updating: bool,
     created: Option<SystemTime>,
 }
@@ -421,6 +423,10 @@ impl FleetReconciler {
                 .filter(|s| s.provider_id == m.provider_id);
             let last_phase = seen.and_then(|s| s.last.as_ref()).map(|l| l.phase);
             let ready = m.phase.is_running() && last_phase == Some(Phase::Ready);
+            // Running, and not looked at by this process yet (a new process, a new
+            // leader): whether it serves is not known, so it is neither taken for
+            // unhealthy nor replaced as if it did not serve.
+            let unseen_running = m.phase.is_running() && last_phase.is_none();
             let layers = match seen.and_then(|s| s.applied.as_ref()) {
                 Some(applied) if ready && *applied == expected_layers => Layers::Current,
                 Some(_) if ready => Layers::Changed,
@@ -450,7 +456,10 @@ impl FleetReconciler {
                         .or_else(|| seen.and_then(|s| s.last.as_ref()?.failure.as_ref()))
                         .map_or_else(|| "no reason given".to_owned(), |f| f.message.clone())
                 ))
-            } else if !ready && age.is_some_and(|a| a > set.health.startup_timeout) {
+            } else if !ready
+                && !unseen_running
+                && age.is_some_and(|a| a > set.health.startup_timeout)
+            {
                 Some(format!(
                     "not Ready {} after it was created",
                     humantime::format_duration(set.health.startup_timeout)
@@ -482,6 +491,7 @@ impl FleetReconciler {
                 changed_layers,
                 unhealthy,
                 probe_failing,
+                unseen_running,
                 updating,
                 created,
             });
@@ -658,8 +668,9 @@ impl FleetReconciler {
                 let i = current_of(&slots[&slot]);
                 let next = max_generation[&slot] + 1;
                 let name = names::machine_name(&set.name, slot, next);
-                if !members[i].available() {
-                    // Not serving: replacing it costs no availability.
+                if !members[i].available() && !members[i].unseen_running {
+                    // Not serving: replacing it costs no availability. (One this
+                    // process has not looked at yet may serve: it waits for the budget.)
                     creates.push((
                         slot,
                         next,
