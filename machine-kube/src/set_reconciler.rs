@@ -181,6 +181,10 @@ impl SetWriter<'_> {
                 continue;
             }
             let was_bad = was.is_some_and(|w| bad(w.status, &w.type_));
+            if was.is_none() && c.type_ == FC::AVAILABLE {
+                // A new set starts below its minimum: no news.
+                continue;
+            }
             let kind = if bad(c.status, &c.type_) {
                 EventType::Warning
             } else if was_bad {
@@ -376,7 +380,23 @@ async fn apply(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
         Ok(()) => {
             let f = fleet.as_mut().expect("the fleet was just built");
             let poll = f.reconciler.composer().settings().poll_interval;
-            f.step().await.map(|step| (step, poll))
+            if f.last_step.is_none() {
+                // A new process (a restart, a new leader) has not looked at the set's
+                // machines: its first step looks at them, and reports them as not yet
+                // seen Ready. A second step reports what it saw, so that a restart does
+                // not show the set unavailable for a moment.
+                match f.step().await {
+                    Ok(first) => f.step().await.map(|mut second| {
+                        let mut decisions = first.decisions;
+                        decisions.append(&mut second.decisions);
+                        second.decisions = decisions;
+                        (second, poll)
+                    }),
+                    Err(e) => Err(e),
+                }
+            } else {
+                f.step().await.map(|step| (step, poll))
+            }
         }
         Err(e) => Err(e.within("spec.template")),
     };
