@@ -978,3 +978,75 @@ async fn the_controller_drives_a_set_from_its_watch() {
     let _ = stop_tx.send(());
     running.await.unwrap();
 }
+
+/// A set does not move its machines between providers: the change is refused, naming
+/// the field, and the machines stay; changed back, the set goes on.
+#[tokio::test]
+async fn a_set_does_not_move_between_providers() {
+    let w = World::new().await;
+    w.api
+        .insert_set(set_object("mv", 1, template(&[], json!({})), json!({})));
+    w.until("mv", settled(1), |_| {}).await;
+    let before: Vec<String> = w
+        .live("mv")
+        .await
+        .iter()
+        .map(|m| m.provider_id.to_string())
+        .collect();
+    w.api.patch_set_spec(
+        NS,
+        "mv",
+        json!({ "template": { "spec": { "provider": "bare" } } }),
+    );
+    assert_eq!(w.step("mv").await.unwrap(), Action::await_change());
+    let stored = w.api.set(NS, "mv").unwrap();
+    let error = stored["status"]["specError"].as_str().unwrap_or_default();
+    assert!(error.contains("spec.template.spec.provider:"), "{error}");
+    let after: Vec<String> = w
+        .live("mv")
+        .await
+        .iter()
+        .map(|m| m.provider_id.to_string())
+        .collect();
+    assert_eq!(after, before);
+    w.api.patch_set_spec(
+        NS,
+        "mv",
+        json!({ "template": { "spec": { "provider": "sim" } } }),
+    );
+    w.until("mv", settled(1), |_| {}).await;
+    assert!(
+        w.api.set(NS, "mv").unwrap()["status"]
+            .get("specError")
+            .is_none()
+    );
+}
+
+/// A `Machine` object that is not the set's, under the name of one of its machines, is
+/// left alone (a warning says so); the set still keeps its replicas.
+#[tokio::test]
+async fn an_object_of_a_machines_name_that_is_not_the_sets_is_left_alone() {
+    let w = World::new().await;
+    let theirs = json!({
+        "apiVersion": "machine-provisioning.dev/v1alpha1",
+        "kind": "Machine",
+        "metadata": { "name": "web-0-0", "namespace": NS, "labels": { "team": "x" } },
+        "spec": { "provider": "sim", "machine": {} }
+    });
+    w.api.insert(theirs);
+    w.api
+        .insert_set(set_object("web", 2, template(&[], json!({})), json!({})));
+    w.until("web", settled(2), |_| {}).await;
+    let stored = w.api.get(NS, "web-0-0").unwrap();
+    assert!(
+        stored["metadata"].get("ownerReferences").is_none(),
+        "{stored}"
+    );
+    assert_eq!(stored["metadata"]["labels"], json!({ "team": "x" }));
+    assert!(stored.get("status").is_none_or(Value::is_null), "{stored}");
+    assert!(
+        w.event_reasons().iter().any(|r| r == "NameTaken"),
+        "{:?}",
+        w.event_reasons()
+    );
+}
