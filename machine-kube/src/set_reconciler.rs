@@ -30,7 +30,7 @@ use crate::reconciler::{
     merge_diff, modes, publish, put_finalizer, ready_condition, take_finalizer, to_observed,
 };
 use crate::resource::{AppliedSpec, MachineObject, MachineObjectSpec, MachineObjectStatus};
-use crate::set_resource::{MachineSetObject, MachineSetObjectStatus, SET_NAME_LABEL};
+use crate::set_resource::{MachineSetObject, MachineSetObjectStatus, SET_NAME_LABEL, kube_field};
 
 /// The most decision events one step records; the rest are counted in one more.
 const MAX_DECISION_EVENTS: usize = 20;
@@ -361,20 +361,33 @@ async fn apply(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
         // write): the next step comes at the fleet's pace. A spec change goes at once.
         return Ok(Action::requeue(wait));
     }
+    let build = || {
+        let composer = w
+            .ctx
+            .registry
+            .build(&template.provider, &template.layers)
+            .map_err(|e| e.within("spec.template"))?;
+        Ok::<_, Error>((composer, spec.set.clone()))
+    };
+    // The set was checked by `read`; a refusal here still names the object's field.
+    let in_spec = |e: Error| match e.field() {
+        Some(f) if e.kind() == ErrorKind::InvalidSpec && !f.starts_with("spec.") => {
+            Error::invalid_spec(kube_field(f), e.message())
+        }
+        _ => e,
+    };
     let built = match fleet.as_mut() {
         Some(f) if f.from == from => Ok(()),
-        Some(f) => w
-            .ctx
-            .registry
-            .build(&template.provider, &template.layers)
-            .and_then(|c| f.reconciler.update(c, spec.set.clone()))
-            .map(|()| f.from = from),
-        None => w
-            .ctx
-            .registry
-            .build(&template.provider, &template.layers)
-            .and_then(|c| FleetReconciler::new(c, spec.set.clone()))
-            .map(|reconciler| *fleet = Some(Fleet::new(from, reconciler))),
+        Some(f) => build().and_then(|(c, set)| {
+            f.reconciler.update(c, set).map_err(in_spec)?;
+            f.from = from;
+            Ok(())
+        }),
+        None => build().and_then(|(c, set)| {
+            let reconciler = FleetReconciler::new(c, set).map_err(in_spec)?;
+            *fleet = Some(Fleet::new(from, reconciler));
+            Ok(())
+        }),
     };
     let step = match built {
         Ok(()) => {
@@ -398,7 +411,7 @@ async fn apply(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
                 f.step().await.map(|step| (step, poll))
             }
         }
-        Err(e) => Err(e.within("spec.template")),
+        Err(e) => Err(e),
     };
     drop(fleet);
     let (step, poll) = match step {

@@ -421,7 +421,7 @@ fn label_value_ok(v: &str) -> bool {
 }
 
 /// machine-core's field of a [`MachineSet`] as the field of the `MachineSet` object.
-fn kube_field(core: &str) -> String {
+pub(crate) fn kube_field(core: &str) -> String {
     let (head, rest) = match core.find(['.', '[']) {
         Some(i) => (&core[..i], &core[i..]),
         None => (core, ""),
