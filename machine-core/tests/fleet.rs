@@ -39,8 +39,12 @@ struct Fleet {
 
 impl Fleet {
     fn new() -> Self {
+        Self::with_config(SimConfig::default())
+    }
+
+    fn with_config(config: SimConfig) -> Self {
         let cloud = SimCloud::new();
-        let provider = Arc::new(SimProvider::new(cloud.clone(), SimConfig::default()).unwrap());
+        let provider = Arc::new(SimProvider::new(cloud.clone(), config).unwrap());
         Fleet { cloud, provider }
     }
 
@@ -100,6 +104,8 @@ fn set(replicas: u32) -> MachineSet {
 async fn a_set_scales_up_and_down_with_stable_names() {
     let f = Fleet::new();
     let r = FleetReconciler::new(f.composer("b1", "a1"), set(5)).unwrap();
+    // The machines a step creates are in its view.
+    assert_eq!(r.reconcile().await.unwrap().machines.len(), 5);
     converge(&r, 20, |_| {}).await;
     let names: BTreeSet<String> = f
         .machines()
@@ -117,6 +123,14 @@ async fn a_set_scales_up_and_down_with_stable_names() {
     assert_eq!(done.status.available, 5);
     assert_eq!(done.status.updated, 5);
     assert!(done.decisions.is_empty(), "{:?}", done.decisions);
+    // The step's view of each machine: Ready once its software is in place.
+    let seen: BTreeSet<String> = done
+        .machines
+        .iter()
+        .inspect(|m| assert_eq!(m.phase, Phase::Ready, "{}", m.name))
+        .map(|m| m.name.to_string())
+        .collect();
+    assert_eq!(seen, names);
 
     let mut r = r;
     r.update(
@@ -124,6 +138,14 @@ async fn a_set_scales_up_and_down_with_stable_names() {
         set(2).with_delete_policy(DeletePolicy::Newest),
     )
     .unwrap();
+    let first = r.reconcile().await.unwrap();
+    // The machines the step deletes read Deleting in its view.
+    let deleting = first
+        .machines
+        .iter()
+        .filter(|m| m.phase.is_deleting())
+        .count();
+    assert_eq!(deleting, 3, "{:?}", first.decisions);
     converge(&r, 20, |_| {}).await;
     let left: Vec<Machine> = f
         .machines()
@@ -519,4 +541,85 @@ async fn a_plan_changes_nothing_and_a_fresh_reconciler_keeps_updating_one_at_a_t
             m.name
         );
     }
+}
+
+/// A new process (a restarted controller, a new leader) does not know which machines
+/// serve until it has looked at them: it neither takes them for unhealthy (not Ready
+/// within the startup timeout) nor replaces them as if they did not serve. A rollout met
+/// only by new processes, each looking once and then acting, never has fewer than
+/// `replicas - maxUnavailable` machines with their software in place.
+#[tokio::test]
+async fn a_new_process_does_not_take_machines_it_has_not_looked_at_for_broken() {
+    // Machines take a while to boot, so that one replaced too early leaves a gap.
+    let f = Fleet::with_config(
+        SimConfig::default()
+            .with_boot_latency(Duration::from_millis(30))
+            .with_boot_jitter(Duration::ZERO),
+    );
+    let rollout = Rollout::default()
+        .with_max_surge(IntOrPercent::Int(1))
+        .with_max_unavailable(IntOrPercent::Int(0));
+    let r = FleetReconciler::new(f.composer("b1", "a1"), set(3).with_rollout(rollout)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    // Older than a startup timeout of 1 s ("created" is kept in whole seconds).
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let quick = HealthCheck::default().with_startup_timeout(Duration::from_secs(1));
+    let fresh = FleetReconciler::new(
+        f.composer("b1", "a1"),
+        set(3).with_rollout(rollout).with_health(quick),
+    )
+    .unwrap();
+    let done = fresh.reconcile().await.unwrap();
+    assert!(
+        !done.decisions.iter().any(|d| d.starts_with("delete")),
+        "a new process deleted machines it had not looked at: {:?}",
+        done.decisions
+    );
+    assert_eq!(done.status.unhealthy, 0);
+
+    // Every machine with its app layer applied has served (the app layer comes last).
+    let serving = |machines: &[Machine]| {
+        machines
+            .iter()
+            .filter(|m| !m.phase.is_deleting())
+            .filter(|m| {
+                f.cloud
+                    .host(&m.provider_id)
+                    .is_some_and(|h| h.file_text("/etc/app").is_some())
+            })
+            .count()
+    };
+    let mut converged = false;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let r = FleetReconciler::new(f.composer("b2", "a1"), set(3).with_rollout(rollout)).unwrap();
+        let mut steady = false;
+        for _ in 0..2 {
+            let done = r.reconcile().await.unwrap();
+            steady = !done
+                .status
+                .condition(conditions::PROGRESSING)
+                .unwrap()
+                .status;
+            let machines = f.machines().await;
+            assert!(
+                serving(&machines) >= 3,
+                "fewer than replicas - maxUnavailable serve: {:?}",
+                done.decisions
+            );
+            let live = machines.iter().filter(|m| !m.phase.is_deleting()).count();
+            assert!(live <= 4, "more than replicas + maxSurge: {live}");
+        }
+        let live: Vec<Machine> = f
+            .machines()
+            .await
+            .into_iter()
+            .filter(|m| !m.phase.is_deleting())
+            .collect();
+        if steady && live.len() == 3 && live.iter().all(|m| m.name.as_str().ends_with("-1")) {
+            converged = true;
+            break;
+        }
+    }
+    assert!(converged, "{:?}", f.machines().await);
 }

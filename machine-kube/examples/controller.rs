@@ -1,6 +1,6 @@
-//! A controller for `Machine` objects in the cluster of your kubeconfig, with the
-//! built-in simulator as its provider (`sim`) and one layer (`hello`, a file written
-//! by user data).
+//! A controller for `Machine` and `MachineSet` objects in the cluster of your
+//! kubeconfig, with the built-in simulator as its provider (`sim`) and one layer
+//! (`hello`, a file written by user data).
 //!
 //! ```text
 //! cargo run -p machine-kube --example controller -- --crd | kubectl apply -f -
@@ -13,6 +13,19 @@
 //! YAML
 //! kubectl get machines   # Ready True, Phase Ready, a sim:// providerID
 //! kubectl wait --for=condition=Ready machine/web-1
+//! kubectl apply -f - <<'YAML'
+//! apiVersion: machine-provisioning.dev/v1alpha1
+//! kind: MachineSet
+//! metadata: { name: app }
+//! spec:
+//!   replicas: 3
+//!   strategy: { maxSurge: 1, maxUnavailable: 0 }
+//!   template: { spec: { provider: sim, layers: [hello], machine: { image: debian-12 } } }
+//! YAML
+//! kubectl get machinesets              # Desired 3, Ready 3, Updated 3, Available 3
+//! kubectl get machines -l machine-provisioning.dev/set-name=app
+//! kubectl scale machineset/app --replicas=5
+//! kubectl wait --for=condition=Available machineset/app
 //! ```
 //!
 //! With `--leader-election`, several copies of it (one per pod) elect a leader through
@@ -25,12 +38,17 @@ use kube::{Api, Client};
 use machine_core::sim::{SimCloud, SimConfig, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{Composer, Error};
-use machine_kube::{Context, LeaderElection, MachineObject, Registry};
+use machine_kube::{Context, LeaderElection, MachineObject, MachineSetObject, Registry};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     if std::env::args().any(|a| a == "--crd") {
         print!("{}", serde_saphyr::to_string(&machine_kube::crd())?);
+        println!("---");
+        print!(
+            "{}",
+            serde_saphyr::to_string(&machine_kube::machine_set_crd())?
+        );
         return Ok(());
     }
     tracing_subscriber::fmt()
@@ -75,7 +93,12 @@ async fn main() -> anyhow::Result<()> {
         ctx = ctx.with_leader_election(LeaderElection::new(namespace, "machine-kube", identity));
     }
     let ctx = Arc::new(ctx);
-    println!("reconciling Machine objects in every namespace; Ctrl-C stops");
-    machine_kube::run(Api::<MachineObject>::all(client), ctx).await;
+    println!("reconciling Machine and MachineSet objects in every namespace; Ctrl-C stops");
+    machine_kube::run_all(
+        Api::<MachineObject>::all(client.clone()),
+        Api::<MachineSetObject>::all(client),
+        ctx,
+    )
+    .await;
     Ok(())
 }

@@ -20,6 +20,19 @@
 //! behind the controller's back is noticed. Several replicas elect a leader through a
 //! Lease ([`LeaderElection`]); only the leader reconciles.
 //!
+//! A `MachineSet` ([`MachineSetObject`], CRD from [`machine_set_crd`]) keeps
+//! `replicas` machines of a template (a `Machine` spec and the labels of its objects).
+//! [`reconcile_set`] takes one [`machine_core::fleet::FleetReconciler`] step per call:
+//! scale, a rollout (a decoupled layer's change applied in place, anything coupled
+//! replacing machines within `maxSurge`/`maxUnavailable`), remediation of unhealthy
+//! machines within `maxUnhealthy`; an event per decision, the status (a Deployment's
+//! counts, `observedRevision`, conditions) written only when it changed. Its scale
+//! subresource serves `kubectl scale` and autoscalers. Each machine of a set is shown
+//! as a `Machine` object of its name that the set controls (owner reference with
+//! `controller` and `blockOwnerDeletion`): a view the set's controller writes from the
+//! fleet's listing, which [`reconcile`] leaves alone. Deleting a set scales it to zero
+//! behind its finalizer first. [`run_all`] runs both controllers under one election.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use kube::{Api, Client};
@@ -50,14 +63,23 @@ mod leader;
 mod reconciler;
 mod registry;
 mod resource;
+mod set_reconciler;
+mod set_resource;
 
 pub use conditions::{Condition, ConditionStatus};
 pub use leader::LeaderElection;
 pub use reconciler::{
-    Context, DEFAULT_RESYNC, FIELD_MANAGER, ReconcileError, error_policy, reconcile, run, run_until,
+    Context, DEFAULT_RESYNC, FIELD_MANAGER, ReconcileError, error_policy, reconcile, run, run_all,
+    run_all_until, run_until,
 };
 pub use registry::{ComposerFactory, Registry};
 pub use resource::{
     AppliedSpec, FINALIZER, GROUP, MachineAccess, MachineObject, MachineObjectSpec,
     MachineObjectStatus, NAME_PATTERN, ObservedMachine, PROVIDER_ANNOTATION, crd,
+};
+pub use set_reconciler::{error_policy_set, reconcile_set};
+pub use set_resource::{
+    IntOrString, LabelSelector, LabelSelectorRequirement, MachineSetObject, MachineSetObjectSpec,
+    MachineSetObjectStatus, MachineTemplate, SET_NAME_LABEL, SetDeletePolicy, SetHealthCheck,
+    SetProbe, SetStrategy, TemplateMetadata, machine_set_crd,
 };

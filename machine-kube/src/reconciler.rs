@@ -34,10 +34,14 @@ pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
 /// What every reconcile shares.
 pub struct Context {
     pub(crate) client: Client,
-    registry: Registry,
-    resync: Duration,
+    pub(crate) registry: Registry,
+    pub(crate) resync: Duration,
     reporter: Reporter,
     pub(crate) leader: Option<LeaderElection>,
+    /// Each `MachineSet`'s fleet reconciler, by the object's uid: what it remembers
+    /// between steps (machines seen Ready, a paused rollout) only saves calls, so a
+    /// restarted controller starts empty.
+    pub(crate) fleets: crate::set_reconciler::Fleets,
 }
 
 impl Context {
@@ -51,6 +55,7 @@ impl Context {
             resync: DEFAULT_RESYNC,
             reporter: Reporter::from(FIELD_MANAGER),
             leader: None,
+            fleets: Default::default(),
         }
     }
 
@@ -106,6 +111,11 @@ pub enum ReconcileError {
 /// ([`machine_core::Action::for_error`]), the deletion's poll, a quick look again after
 /// a conflict (the object changed under the reconcile), or a short retry for the API.
 pub fn error_policy(_obj: Arc<MachineObject>, e: &ReconcileError, ctx: Arc<Context>) -> Action {
+    policy(e, &ctx)
+}
+
+/// The requeue for `e`, whatever the object.
+pub(crate) fn policy(e: &ReconcileError, ctx: &Context) -> Action {
     let poll = Duration::from_secs(5).min(ctx.resync);
     match e {
         ReconcileError::Machine(e) => to_kube(machine_core::Action::for_error(e, poll), ctx.resync),
@@ -115,7 +125,7 @@ pub fn error_policy(_obj: Arc<MachineObject>, e: &ReconcileError, ctx: Arc<Conte
     }
 }
 
-fn is_conflict(e: &kube::Error) -> bool {
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
@@ -139,8 +149,54 @@ pub async fn run_until(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let shutdown = shutdown.boxed().shared();
+    let c = ctx.clone();
+    elected(&ctx, shutdown, move |stop| {
+        controller(api.clone(), c.clone(), stop)
+    })
+    .await;
+}
+
+/// Runs the `Machine` and the `MachineSet` controllers (one process, one leader
+/// election for both) until the process gets SIGINT or SIGTERM.
+pub async fn run_all(
+    machines: Api<MachineObject>,
+    sets: Api<crate::MachineSetObject>,
+    ctx: Arc<Context>,
+) {
+    run_all_until(machines, sets, ctx, shutdown_signal()).await;
+}
+
+/// [`run_all`] until `shutdown` completes, as [`run_until`] does for one controller.
+pub async fn run_all_until(
+    machines: Api<MachineObject>,
+    sets: Api<crate::MachineSetObject>,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let shutdown = shutdown.boxed().shared();
+    let c = ctx.clone();
+    elected(&ctx, shutdown, move |stop| {
+        let machines = controller(machines.clone(), c.clone(), stop.clone());
+        let sets = crate::set_reconciler::controller(sets.clone(), c.clone(), stop);
+        async move {
+            futures_util::future::join(machines, sets).await;
+        }
+    })
+    .await;
+}
+
+/// Runs `controllers` until `shutdown`; with leader election, only while this replica
+/// leads.
+async fn elected<F, Fut>(
+    ctx: &Arc<Context>,
+    shutdown: Shared<BoxFuture<'static, ()>>,
+    controllers: F,
+) where
+    F: Fn(Shared<BoxFuture<'static, ()>>) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let Some(election) = ctx.leader.clone() else {
-        controller(api, ctx, shutdown).await;
+        controllers(shutdown).await;
         return;
     };
     let mut elector = Elector::new(ctx.client.clone(), election);
@@ -150,11 +206,11 @@ pub async fn run_until(
             () = shutdown.clone() => return,
         };
         tokio::select! {
-            () = controller(api.clone(), ctx.clone(), shutdown.clone()) => {
+            () = controllers(shutdown.clone()) => {
                 elector.release().await;
                 return;
             }
-            // Lost: the controller is dropped here, with every reconcile in flight.
+            // Lost: the controllers are dropped here, with every reconcile in flight.
             () = elector.keep(acquired_at) => {}
         }
     }
@@ -177,7 +233,7 @@ async fn controller(
         .await;
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -206,6 +262,11 @@ pub async fn reconcile(
     obj: Arc<MachineObject>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
+    if controlled_by_set(&obj) {
+        // A view the MachineSet controller writes from its fleet; its machine is the
+        // fleet's to drive.
+        return Ok(Action::await_change());
+    }
     let ns = obj.namespace().unwrap_or_default();
     let mut w = Writer {
         api: Api::namespaced(ctx.client.clone(), &ns),
@@ -217,6 +278,16 @@ pub async fn reconcile(
     } else {
         apply(&mut w).await
     }
+}
+
+/// Whether a `MachineSet` controls the object (its controller owner reference names
+/// one of this group).
+pub(crate) fn controlled_by_set(obj: &MachineObject) -> bool {
+    obj.owner_references().iter().any(|r| {
+        r.controller == Some(true)
+            && r.kind == "MachineSet"
+            && r.api_version.starts_with(&format!("{}/", crate::GROUP))
+    })
 }
 
 /// Writes the status of one object, keeping the object as the server last answered.
@@ -316,20 +387,41 @@ impl Writer<'_> {
 
     /// Publishes one event; a failure is logged, never the reconcile's.
     async fn event(&self, kind: EventType, reason: &str, action: &str, note: String) {
-        let event = Event {
-            type_: kind,
-            reason: K::truncate(reason.to_owned(), 128),
-            note: Some(K::truncate(note, 1024)),
-            action: K::truncate(action.to_owned(), 128),
-            secondary: None,
-        };
-        // A recorder per event: kube's Recorder walks its whole cache of recent events
-        // on every publish, which with thousands of objects cost more than the
-        // reconcile itself; events here mark transitions, so a series is seldom due.
-        let recorder = Recorder::new(self.ctx.client.clone(), self.ctx.reporter.clone());
-        if let Err(e) = recorder.publish(&event, &self.obj.object_ref(&())).await {
-            tracing::warn!(object = %self.name(), error = %e, "recording an event failed");
-        }
+        publish(
+            self.ctx,
+            &self.obj.object_ref(&()),
+            kind,
+            reason,
+            action,
+            note,
+        )
+        .await;
+    }
+}
+
+/// Publishes one event about `object`; a failure is logged, never the reconcile's.
+pub(crate) async fn publish(
+    ctx: &Context,
+    object: &k8s_openapi::api::core::v1::ObjectReference,
+    kind: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event {
+        type_: kind,
+        reason: K::truncate(reason.to_owned(), 128),
+        note: Some(K::truncate(note, 1024)),
+        action: K::truncate(action.to_owned(), 128),
+        secondary: None,
+    };
+    // A recorder per event: kube's Recorder walks its whole cache of recent events on
+    // every publish, which with thousands of objects cost more than the reconcile
+    // itself; events here mark transitions and decisions, so a series is seldom due.
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    if let Err(e) = recorder.publish(&event, object).await {
+        let name = object.name.as_deref().unwrap_or_default();
+        tracing::warn!(object = %name, error = %e, "recording an event failed");
     }
 }
 
@@ -406,7 +498,7 @@ impl Wanted {
 /// The spec's layer names split by the mode of the composer's layer at the same place.
 /// A factory that does not build one layer per name leaves no way to tell: every layer
 /// counts as coupled then, so that any change of them asks for a new machine.
-fn modes(names: &[String], composer: &Composer) -> (Vec<String>, Vec<String>) {
+pub(crate) fn modes(names: &[String], composer: &Composer) -> (Vec<String>, Vec<String>) {
     let layers = composer.layers();
     if layers.len() != names.len() {
         return (names.to_vec(), Vec::new());
@@ -488,21 +580,39 @@ fn classify(a: &AppliedSpec, w: &Wanted) -> Change {
     }
 }
 
-fn has_finalizer(obj: &MachineObject) -> bool {
-    obj.finalizers().iter().any(|f| f == FINALIZER)
+pub(crate) fn has_finalizer(obj: &impl Resource) -> bool {
+    obj.meta()
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
 }
 
-fn annotated_provider(obj: &MachineObject) -> Option<String> {
-    obj.annotations().get(PROVIDER_ANNOTATION).cloned()
+pub(crate) fn annotated_provider(obj: &impl Resource) -> Option<String> {
+    obj.meta()
+        .annotations
+        .as_ref()?
+        .get(PROVIDER_ANNOTATION)
+        .cloned()
 }
 
 /// Puts the finalizer on and the provider annotation, in one write: a machine is made
 /// only once both are there.
 async fn add_finalizer(w: &mut Writer<'_>, provider: &str) -> Result<(), ReconcileError> {
+    w.obj = put_finalizer(&w.api, &w.obj, provider).await?;
+    Ok(())
+}
+
+/// Puts [`FINALIZER`] on `obj` (tested against the list read, so a concurrent change
+/// is refused) and sets [`PROVIDER_ANNOTATION`] to `provider`, in one JSON patch.
+pub(crate) async fn put_finalizer<K>(api: &Api<K>, obj: &K, provider: &str) -> kube::Result<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let key = PROVIDER_ANNOTATION.replace('~', "~0").replace('/', "~1");
+    let meta = obj.meta();
     let mut ops = Vec::new();
-    if !has_finalizer(&w.obj) {
-        match &w.obj.metadata.finalizers {
+    if !has_finalizer(obj) {
+        match &meta.finalizers {
             None => ops.extend([
                 json!({"op": "test", "path": "/metadata/finalizers", "value": null}),
                 json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}),
@@ -513,7 +623,7 @@ async fn add_finalizer(w: &mut Writer<'_>, provider: &str) -> Result<(), Reconci
             ]),
         }
     }
-    match &w.obj.metadata.annotations {
+    match &meta.annotations {
         None => ops.push(json!({"op": "add", "path": "/metadata/annotations",
                                  "value": { PROVIDER_ANNOTATION: provider }})),
         Some(_) => ops.push(
@@ -522,20 +632,31 @@ async fn add_finalizer(w: &mut Writer<'_>, provider: &str) -> Result<(), Reconci
     }
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).expect("the finalizer patch is a JSON patch");
-    w.obj = w
-        .api
-        .patch(
-            &w.name(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(patch),
-        )
-        .await?;
-    Ok(())
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await
 }
 
 /// Takes the finalizer off (tested at its place, so a concurrent change is a 409).
 async fn remove_finalizer(w: &mut Writer<'_>) -> Result<(), ReconcileError> {
-    let Some(i) = w.obj.finalizers().iter().position(|f| f == FINALIZER) else {
+    take_finalizer(&w.api, &w.obj).await?;
+    Ok(())
+}
+
+/// Takes [`FINALIZER`] off `obj`, tested at its place.
+pub(crate) async fn take_finalizer<K>(api: &Api<K>, obj: &K) -> kube::Result<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Some(i) = obj
+        .meta()
+        .finalizers
+        .as_ref()
+        .and_then(|f| f.iter().position(|f| f == FINALIZER))
+    else {
         return Ok(());
     };
     let path = format!("/metadata/finalizers/{i}");
@@ -544,13 +665,12 @@ async fn remove_finalizer(w: &mut Writer<'_>) -> Result<(), ReconcileError> {
         {"op": "remove", "path": path},
     ]))
     .expect("the finalizer patch is a JSON patch");
-    w.api
-        .patch(
-            &w.name(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(patch),
-        )
-        .await?;
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await?;
     Ok(())
 }
 
@@ -745,7 +865,7 @@ async fn drive(w: &mut Writer<'_>, plan: Plan, generation: i64) -> Result<Action
     Ok(to_kube(step.action, w.ctx.resync))
 }
 
-fn ready_condition(c: &mut Conditions<'_>, m: &Machine) {
+pub(crate) fn ready_condition(c: &mut Conditions<'_>, m: &Machine) {
     if m.phase == Phase::Ready {
         c.set(
             K::READY,
@@ -872,7 +992,7 @@ async fn fail(w: &mut Writer<'_>, e: ReconcileError) -> Result<Action, Reconcile
 }
 
 /// Keeps every previous condition not set yet, in their order.
-fn keep_others(c: &mut Conditions<'_>, previous: &MachineObjectStatus) {
+pub(crate) fn keep_others(c: &mut Conditions<'_>, previous: &MachineObjectStatus) {
     for p in &previous.conditions {
         c.keep(&p.type_);
     }
@@ -1016,7 +1136,7 @@ fn decoupled_names(composer: &Composer) -> Vec<String> {
 }
 
 /// The status's view of a machine.
-fn to_observed(m: &Machine) -> ObservedMachine {
+pub(crate) fn to_observed(m: &Machine) -> ObservedMachine {
     ObservedMachine {
         provider_id: m.provider_id.clone(),
         phase: m.phase,
@@ -1073,7 +1193,7 @@ fn to_machine(
 
 /// machine-core's action as kube-runtime's: a settled machine is looked at again after
 /// `resync`, so a change behind the controller's back is noticed.
-fn to_kube(action: machine_core::Action, resync: Duration) -> Action {
+pub(crate) fn to_kube(action: machine_core::Action, resync: Duration) -> Action {
     Action::requeue(action.requeue_after().unwrap_or(resync))
 }
 

@@ -50,6 +50,12 @@ impl Registry {
         Ok(self.lock().entry(key).or_insert(built).clone())
     }
 
+    /// A composer of its own for `provider` and `layers`, not kept: a fleet reconciler
+    /// owns the composer it drives a set through.
+    pub fn build(&self, provider: &str, layers: &[String]) -> Result<Composer> {
+        (self.factory)(provider, layers)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Built> {
         self.built.lock().unwrap_or_else(|p| p.into_inner())
     }

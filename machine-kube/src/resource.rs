@@ -262,7 +262,16 @@ const KNOWN_STRING_FORMATS: &[&str] = &[
 /// too; `minimum` and `maximum` already say the range).
 pub fn crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    let mut crd = serde_json::to_value(MachineObject::crd()).expect("a CRD serializes");
+    finish_crd(MachineObject::crd(), 63)
+}
+
+/// `crd` with `metadata.name` narrowed to a DNS label of at most `max_name` characters,
+/// and without the formats the API server warns about.
+pub(crate) fn finish_crd(
+    crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    max_name: usize,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    let mut crd = serde_json::to_value(crd).expect("a CRD serializes");
     if let Some(versions) = crd["spec"]["versions"].as_array_mut() {
         for version in versions {
             let root = &mut version["schema"]["openAPIV3Schema"];
@@ -272,7 +281,7 @@ pub fn crd()
                     "name": {
                         "type": "string",
                         "minLength": 1,
-                        "maxLength": 63,
+                        "maxLength": max_name,
                         "pattern": NAME_PATTERN,
                     }
                 }

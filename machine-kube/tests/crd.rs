@@ -1,9 +1,14 @@
-//! The CRD (`machine_kube::crd()`) is the committed copy (`crd/machines.yaml`, what
-//! operators apply), a structural OpenAPI v3 schema as the API server requires (every
-//! node typed, no `$ref`, untyped content only under
-//! `x-kubernetes-preserve-unknown-fields`), camelCase throughout, without formats the
-//! API server warns about, narrowing names to machine names; and `kubernetes-validate`
-//! (PyPI), which checks it against the OpenAPI of real Kubernetes versions, accepts it.
+//! The CRDs (`machine_kube::crd()` for `Machine`, `machine_kube::machine_set_crd()` for
+//! `MachineSet`) are the committed copies (`crd/machines.yaml`, `crd/machinesets.yaml`,
+//! what operators apply), structural OpenAPI v3 schemas as the API server requires
+//! (every node typed, no `$ref`, untyped content only under
+//! `x-kubernetes-preserve-unknown-fields` or `x-kubernetes-int-or-string`), camelCase
+//! throughout, without formats the API server warns about, narrowing names to machine
+//! names (set names: short enough for their machines' names); the set's has the scale
+//! subresource and a Deployment's printer columns; `kubernetes-validate` (PyPI),
+//! which checks them against the OpenAPI of real Kubernetes versions, accepts them; and
+//! the set's schema, run by a JSON Schema validator, takes the README's example and
+//! refuses what the API server refuses by it.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,37 +17,111 @@ use machine_core::MachineName;
 use serde_json::Value;
 
 const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crd/machines.yaml");
+const COMMITTED_SETS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crd/machinesets.yaml");
 
-#[test]
-fn the_crd_is_the_committed_copy() {
-    let generated = serde_saphyr::to_string(&machine_kube::crd()).unwrap();
-    if std::env::var_os("UPDATE_CRD").is_some() {
-        std::fs::write(COMMITTED, &generated).unwrap();
-    }
-    let committed = std::fs::read_to_string(COMMITTED).unwrap_or_default();
-    assert!(
-        generated == committed,
-        "{COMMITTED} is not the CRD the types generate; if the change is meant, run \
-         `UPDATE_CRD=1 cargo test -p machine-kube --test crd` and commit it.\n{generated}"
-    );
+type Crd =
+    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+/// Each CRD with its committed file.
+fn crds() -> [(&'static str, Crd); 2] {
+    [
+        (COMMITTED, machine_kube::crd()),
+        (COMMITTED_SETS, machine_kube::machine_set_crd()),
+    ]
 }
 
 #[test]
-fn the_crd_schema_is_structural() {
-    let crd = serde_json::to_value(machine_kube::crd()).unwrap();
+fn the_crds_are_the_committed_copies() {
+    for (file, crd) in crds() {
+        let generated = serde_saphyr::to_string(&crd).unwrap();
+        if std::env::var_os("UPDATE_CRD").is_some() {
+            std::fs::write(file, &generated).unwrap();
+        }
+        let committed = std::fs::read_to_string(file).unwrap_or_default();
+        assert!(
+            generated == committed,
+            "{file} is not the CRD the types generate; if the change is meant, run \
+             `UPDATE_CRD=1 cargo test -p machine-kube --test crd` and commit it.\n{generated}"
+        );
+    }
+}
+
+#[test]
+fn the_crd_schemas_are_structural() {
+    for (file, crd) in crds() {
+        let crd = serde_json::to_value(crd).unwrap();
+        let version = &crd["spec"]["versions"][0];
+        assert_eq!(version["subresources"]["status"], serde_json::json!({}));
+        let mut problems = Vec::new();
+        check(
+            &version["schema"]["openAPIV3Schema"],
+            "openAPIV3Schema",
+            &mut problems,
+        );
+        assert!(
+            problems.is_empty(),
+            "{file} not structural:\n{}",
+            problems.join("\n")
+        );
+    }
+}
+
+/// `kubectl scale machineset/web --replicas=N` and autoscalers go through the scale
+/// subresource: `spec.replicas`, `status.replicas` and the selector's string form; and
+/// `kubectl get machinesets` shows a Deployment's columns.
+#[test]
+fn the_set_crd_has_the_scale_subresource_and_a_deployments_columns() {
+    let crd = serde_json::to_value(machine_kube::machine_set_crd()).unwrap();
     let version = &crd["spec"]["versions"][0];
-    assert_eq!(version["subresources"]["status"], serde_json::json!({}));
-    let mut problems = Vec::new();
-    check(
-        &version["schema"]["openAPIV3Schema"],
-        "openAPIV3Schema",
-        &mut problems,
+    assert_eq!(
+        version["subresources"]["scale"],
+        serde_json::json!({
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        })
     );
-    assert!(
-        problems.is_empty(),
-        "not structural:\n{}",
-        problems.join("\n")
+    let schema = &version["schema"]["openAPIV3Schema"]["properties"];
+    // Each path names an integer (a string for the selector) of the schema.
+    assert_eq!(schema["spec"]["properties"]["replicas"]["type"], "integer");
+    assert_eq!(schema["spec"]["properties"]["replicas"]["minimum"], 0.0);
+    assert_eq!(
+        schema["status"]["properties"]["replicas"]["type"],
+        "integer"
     );
+    assert_eq!(schema["status"]["properties"]["selector"]["type"], "string");
+    let columns: Vec<(String, String)> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                c["jsonPath"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (name, path) in [
+        ("Desired", ".spec.replicas"),
+        ("Ready", ".status.readyReplicas"),
+        ("Updated", ".status.updatedReplicas"),
+        ("Available", ".status.availableReplicas"),
+        ("Age", ".metadata.creationTimestamp"),
+    ] {
+        assert!(
+            columns.contains(&(name.to_owned(), path.to_owned())),
+            "no column {name} ({path}): {columns:?}"
+        );
+        // The path names a field of the schema.
+        let mut node = &version["schema"]["openAPIV3Schema"];
+        for part in path.trim_start_matches('.').split('.') {
+            node = &node["properties"][part];
+        }
+        assert!(
+            !node.is_null() || path.starts_with(".metadata"),
+            "{path} is not in the schema"
+        );
+    }
 }
 
 fn check(node: &Value, at: &str, problems: &mut Vec<String>) {
@@ -108,16 +187,22 @@ fn walk<'a>(node: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
     }
 }
 
-fn schema() -> Value {
-    let crd = serde_json::to_value(machine_kube::crd()).unwrap();
+fn schema_of(crd: Crd) -> Value {
+    let crd = serde_json::to_value(crd).unwrap();
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+fn schema() -> Value {
+    schema_of(machine_kube::crd())
 }
 
 #[test]
 fn every_field_is_camel_case() {
-    let schema = schema();
     let mut nodes = Vec::new();
-    walk(&schema, "openAPIV3Schema".into(), &mut nodes);
+    let schemas: Vec<Value> = crds().into_iter().map(|(_, c)| schema_of(c)).collect();
+    for schema in &schemas {
+        walk(schema, "openAPIV3Schema".into(), &mut nodes);
+    }
     let bad: Vec<String> = nodes
         .iter()
         .filter_map(|(at, _)| {
@@ -137,7 +222,10 @@ fn every_field_is_camel_case() {
 fn no_format_the_api_server_warns_about() {
     let schema = schema();
     let mut nodes = Vec::new();
-    walk(&schema, "openAPIV3Schema".into(), &mut nodes);
+    let schemas: Vec<Value> = crds().into_iter().map(|(_, c)| schema_of(c)).collect();
+    for schema in &schemas {
+        walk(schema, "openAPIV3Schema".into(), &mut nodes);
+    }
     for (at, node) in nodes {
         if let Some(format) = node.get("format") {
             assert_eq!(
@@ -155,6 +243,37 @@ fn no_format_the_api_server_warns_about() {
         ["ssh"]["properties"]["port"];
     assert_eq!(port["type"], "integer", "{port}");
     assert_eq!(port["maximum"], 65535.0, "{port}");
+}
+
+/// A set's machines are named `<set>-<slot>-<generation>`: the CRD admits the names a
+/// set can have, no longer than the fleet's naming leaves room for.
+#[test]
+fn the_set_crd_admits_exactly_the_names_a_set_can_have() {
+    let rule =
+        schema_of(machine_kube::machine_set_crd())["properties"]["metadata"]["properties"]["name"]
+            .clone();
+    let max = rule["maxLength"].as_u64().unwrap() as usize;
+    assert_eq!(max, machine_core::fleet::MAX_SET_NAME_LEN);
+    let pattern = regex_lite::Regex::new(rule["pattern"].as_str().unwrap()).unwrap();
+    for name in [
+        "web".to_owned(),
+        "web.1".to_owned(),
+        "a".repeat(49),
+        "a".repeat(50),
+        "Web".to_owned(),
+    ] {
+        let admitted = name.len() <= max && pattern.is_match(&name);
+        let set = machine_core::fleet::MachineSet::new(
+            name.as_str(),
+            1,
+            machine_core::MachineSpec::new(MachineName::new("x").unwrap()),
+        );
+        assert_eq!(
+            admitted,
+            set.validate().is_ok(),
+            "{name:?}: admitted {admitted}"
+        );
+    }
 }
 
 #[test]
@@ -222,9 +341,11 @@ fn kubernetes_validate_accepts_the_crd_for_every_supported_version() {
     // The oldest Kubernetes still supported when this was written, the one whose
     // warnings the issue names, and the newest the tool knows.
     for version in ["1.33.0", "1.34.0", "1.37.0"] {
-        let (ok, said) = validate(std::path::Path::new(COMMITTED), version);
-        assert!(ok, "kubernetes-validate {version} refused the CRD:\n{said}");
-        assert!(said.contains("passed"), "{said}");
+        for file in [COMMITTED, COMMITTED_SETS] {
+            let (ok, said) = validate(std::path::Path::new(file), version);
+            assert!(ok, "kubernetes-validate {version} refused {file}:\n{said}");
+            assert!(said.contains("passed"), "{said}");
+        }
     }
     // And it refuses a CRD that is wrong, so its yes means something.
     let broken = serde_saphyr::to_string(&machine_kube::crd())
@@ -238,4 +359,69 @@ fn kubernetes_validate_accepts_the_crd_for_every_supported_version() {
     let (ok, said) = validate(&file, "1.34.0");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!ok, "kubernetes-validate accepted a broken CRD:\n{said}");
+}
+
+/// The README's `MachineSet` passes the committed CRD's schema, and what the API server
+/// refuses at admission by that schema (a negative `replicas`, a name too long for the
+/// fleet's machine names, an unknown delete policy) is refused, by the JSON Schema
+/// validator of `kubernetes-validate`'s own environment (PyPI `jsonschema`).
+#[test]
+fn the_set_crd_schema_takes_the_readme_example_and_refuses_bad_sets() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let start = readme
+        .find("```yaml\napiVersion: machine-provisioning.dev/v1alpha1\nkind: MachineSet")
+        .expect("the README shows a MachineSet");
+    let example = &readme[start + "```yaml\n".len()..];
+    let example = &example[..example.find("```").unwrap()];
+    let python = kubernetes_validate().with_file_name("python");
+    let script = r#"
+import sys, json, yaml, jsonschema
+crd = yaml.safe_load(open(sys.argv[1]))
+schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+for doc in json.load(sys.stdin):
+    errors = list(jsonschema.Draft4Validator(schema).iter_errors(doc))
+    print(json.dumps(["/".join(str(p) for p in e.absolute_path) for e in errors]))
+"#;
+    let good: Value = serde_saphyr::from_str(example).unwrap();
+    let mut negative = good.clone();
+    negative["spec"]["replicas"] = (-1).into();
+    let mut long = good.clone();
+    long["metadata"]["name"] = "a".repeat(50).into();
+    let mut policy = good.clone();
+    policy["spec"]["deletePolicy"] = "Largest".into();
+    let docs = serde_json::to_string(&vec![good, negative, long, policy]).unwrap();
+    let mut child = Command::new(&python)
+        .args(["-c", script, COMMITTED_SETS])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubernetes-validate's python runs");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(docs.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<Vec<String>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            vec![],
+            vec!["spec/replicas".to_owned()],
+            vec!["metadata/name".to_owned()],
+            vec!["spec/deletePolicy".to_owned()],
+        ]
+    );
 }

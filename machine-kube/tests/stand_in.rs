@@ -19,7 +19,14 @@
 //!   transitions refused (422);
 //! - watch ("Efficient detection of changes"): from a list's resourceVersion, every
 //!   later change in order, as ADDED, MODIFIED, DELETED; from a version the server no
-//!   longer holds, `410 Gone` ("Resource versions": the client lists again).
+//!   longer holds, `410 Gone` ("Resource versions": the client lists again);
+//! - the scale subresource of a custom resource (CRD docs, "Scale subresource", and the
+//!   apiextensions API server's `ScaleREST` and `ValidateScaleSpec`): the Scale's
+//!   fields, writes of `spec.replicas` under the Scale's resourceVersion, negative counts
+//!   refused (422) on every write;
+//! - label selectors of a list ("Labels and Selectors"), equality- and set-based;
+//! - garbage collection of dependents once their owners are gone ("Garbage
+//!   collection", background propagation).
 
 mod common;
 
@@ -31,7 +38,7 @@ use kube::Api;
 use kube::api::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use machine_kube::MachineObject;
+use machine_kube::{MachineObject, MachineSetObject};
 use serde_json::{Value, json};
 
 use common::FakeApi;
@@ -398,4 +405,260 @@ async fn a_watch_from_a_version_the_server_no_longer_holds_is_410_gone() {
         Err(e) => e,
     };
     assert_eq!(api_error(e).0, 410);
+}
+
+fn machine_set(name: &str, replicas: Option<i64>) -> Value {
+    let mut spec = json!({ "template": { "spec": { "provider": "sim", "machine": {} } } });
+    if let Some(n) = replicas {
+        spec["replicas"] = json!(n);
+    }
+    json!({
+        "apiVersion": "machine-provisioning.dev/v1alpha1",
+        "kind": "MachineSet",
+        "metadata": { "name": name, "namespace": NS },
+        "spec": spec,
+    })
+}
+
+/// The scale subresource of a custom resource (the CRD documentation's "Scale
+/// subresource", and `ScaleREST` / `ValidateScaleSpec` of the apiextensions API
+/// server): an `autoscaling/v1` Scale built from the paths the CRD names (status
+/// replicas 0 and selector "" when absent; an error when spec replicas are absent);
+/// writes set `spec.replicas` only, under the Scale's resourceVersion when it carries
+/// one, moving the generation; a negative count is refused on every write of the
+/// object, the scale's included.
+#[tokio::test]
+async fn the_scale_subresource_answers_as_for_a_custom_resource() {
+    let (api, _, client) = setup().await;
+    let sets: Api<MachineSetObject> = Api::namespaced(client, NS);
+    api.insert_set(machine_set("s-1", Some(2)));
+    let stored = api.set(NS, "s-1").unwrap();
+    let scale = sets.get_scale("s-1").await.unwrap();
+    let raw = serde_json::to_value(&scale).unwrap();
+    assert_eq!(raw["apiVersion"], "autoscaling/v1", "{raw}");
+    assert_eq!(raw["kind"], "Scale");
+    for field in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        assert_eq!(raw["metadata"][field], stored["metadata"][field], "{field}");
+    }
+    assert_eq!(raw["spec"]["replicas"], 2);
+    assert_eq!(raw["status"]["replicas"], 0, "no status yet: 0");
+    assert_eq!(raw["status"]["selector"], "", "no status yet: empty");
+
+    // The status paths, once written.
+    sets.patch_status(
+        "s-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"replicas": 2, "selector": "a=b"}})),
+    )
+    .await
+    .unwrap();
+    let status = sets.get_scale("s-1").await.unwrap().status.unwrap();
+    assert_eq!(
+        (status.replicas, status.selector.as_deref()),
+        (2, Some("a=b"))
+    );
+
+    // A merge patch of the Scale (what `kubectl scale` sends) moves spec.replicas and
+    // the generation, and nothing else.
+    let scaled = sets
+        .patch_scale(
+            "s-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(5));
+    let after = api.set(NS, "s-1").unwrap();
+    assert_eq!(after["spec"]["replicas"], 5);
+    assert_eq!(after["metadata"]["generation"], 2);
+    assert_eq!(after["status"], json!({"replicas": 2, "selector": "a=b"}));
+    assert_eq!(
+        scaled.metadata.resource_version.as_ref(),
+        after["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned)
+            .as_ref(),
+        "the Scale answered carries the new resourceVersion"
+    );
+
+    // A PUT carries its resourceVersion as a precondition; without one it is
+    // unconditional.
+    let read = sets.get_scale("s-1").await.unwrap();
+    let mut to_three = read.clone();
+    to_three.spec.as_mut().unwrap().replicas = Some(3);
+    sets.replace_scale("s-1", &PostParams::default(), &to_three)
+        .await
+        .unwrap();
+    let e = sets
+        .replace_scale("s-1", &PostParams::default(), &to_three)
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(e), (409, "Conflict".into()));
+    to_three.metadata.resource_version = None;
+    to_three.spec.as_mut().unwrap().replicas = Some(4);
+    sets.replace_scale("s-1", &PostParams::default(), &to_three)
+        .await
+        .unwrap();
+    assert_eq!(api.set(NS, "s-1").unwrap()["spec"]["replicas"], 4);
+
+    // A negative count is refused, naming the path, on the scale and on the object.
+    let e = sets
+        .patch_scale(
+            "s-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": -1}})),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(s) = e else {
+        panic!("not an API error")
+    };
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    assert!(
+        s.message.contains(".spec.replicas: Invalid value: -1"),
+        "{}",
+        s.message
+    );
+    let e = sets
+        .patch(
+            "s-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": -2}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(e).0, 422);
+    let e = sets
+        .patch_status(
+            "s-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": -1}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(e).0, 422);
+    assert_eq!(
+        api.create_set(machine_set("s-neg", Some(-1)))
+            .unwrap_err()
+            .0,
+        422
+    );
+    assert_eq!(api.set(NS, "s-1").unwrap()["spec"]["replicas"], 4);
+
+    // Without spec.replicas, a GET of the scale is an error; a missing object is 404.
+    api.insert_set(machine_set("s-none", None));
+    let e = sets.get_scale("s-none").await.unwrap_err();
+    assert_eq!(api_error(e).0, 500);
+    let e = sets.get_scale("nobody").await.unwrap_err();
+    assert_eq!(api_error(e), (404, "NotFound".into()));
+}
+
+/// Label selectors of a list, in their string form ("Labels and Selectors":
+/// equality-based `=`, `==`, `!=`; set-based `in`, `notin`, `key`, `!key`; comma means
+/// and).
+#[tokio::test]
+async fn lists_filter_by_label_selectors() {
+    let (api, machines, _) = setup().await;
+    for (name, labels) in [
+        ("l-a", json!({"app": "web", "tier": "front"})),
+        ("l-b", json!({"app": "web", "tier": "back"})),
+        ("l-c", json!({"app": "db"})),
+        ("l-d", json!({})),
+    ] {
+        let mut m = machine(name);
+        m["metadata"]["labels"] = labels;
+        api.insert(m);
+    }
+    let cases = [
+        ("app=web", vec!["l-a", "l-b"]),
+        ("app==web,tier=back", vec!["l-b"]),
+        ("app!=web", vec!["l-c", "l-d"]),
+        ("tier in (front, back)", vec!["l-a", "l-b"]),
+        ("app notin (web)", vec!["l-c", "l-d"]),
+        ("tier", vec!["l-a", "l-b"]),
+        ("!tier", vec!["l-c", "l-d"]),
+        ("app in (web,db),!tier", vec!["l-c"]),
+    ];
+    for (selector, want) in cases {
+        let got: Vec<String> = machines
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|o| o.metadata.name.unwrap())
+            .collect();
+        assert_eq!(got, want, "{selector}");
+    }
+    let e = machines
+        .list(&ListParams::default().labels("tier in front"))
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(e).0, 400);
+}
+
+/// The garbage collector ("Garbage collection", background cascading deletion): once
+/// an owner is gone, each dependent whose owners are all gone is deleted (one with
+/// finalizers is marked for deletion and waits for them); a dependent with an owner
+/// left stays.
+#[tokio::test]
+async fn dependents_go_once_all_their_owners_are_gone() {
+    let (api, machines, client) = setup().await;
+    let sets: Api<MachineSetObject> = Api::namespaced(client, NS);
+    api.insert_set(machine_set("owner", Some(1)));
+    api.insert_set(machine_set("other-owner", Some(1)));
+    let uid = |name: &str| api.set(NS, name).unwrap()["metadata"]["uid"].clone();
+    let owner_ref = |name: &str| {
+        json!({"apiVersion": "machine-provisioning.dev/v1alpha1", "kind": "MachineSet",
+               "name": name, "uid": uid(name), "controller": true, "blockOwnerDeletion": true})
+    };
+    let dependent = |name: &str, owners: Vec<Value>, finalizers: Vec<&str>| {
+        let mut m = machine(name);
+        m["metadata"]["ownerReferences"] = json!(owners);
+        m["metadata"]["finalizers"] = json!(finalizers);
+        m
+    };
+    api.insert(dependent("d-plain", vec![owner_ref("owner")], vec![]));
+    api.insert(dependent("d-final", vec![owner_ref("owner")], vec!["x/y"]));
+    api.insert(dependent(
+        "d-shared",
+        vec![owner_ref("owner"), owner_ref("other-owner")],
+        vec![],
+    ));
+    api.insert(machine("d-free"));
+
+    sets.delete("owner", &Default::default()).await.unwrap();
+    assert!(api.set(NS, "owner").is_none());
+    assert!(
+        api.get(NS, "d-plain").is_none(),
+        "a dependent outlived its owner"
+    );
+    let marked = api.get(NS, "d-final").expect("held by its finalizer");
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "{marked}"
+    );
+    assert!(api.get(NS, "d-shared").is_some(), "an owner is left");
+    assert!(api.get(NS, "d-free").is_some());
+    // Its finalizer off, it goes.
+    machines
+        .patch(
+            "d-final",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    assert!(api.get(NS, "d-final").is_none());
+    sets.delete("other-owner", &Default::default())
+        .await
+        .unwrap();
+    assert!(api.get(NS, "d-shared").is_none(), "its last owner went");
 }

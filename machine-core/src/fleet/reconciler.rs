@@ -38,6 +38,12 @@ pub struct FleetReconciled {
     /// Every change the set still needs, whether or not this step started it (a
     /// rollout's budget starts a few at a time): what a plan shows.
     pub changes: Vec<PlannedChange>,
+    /// The set's machines as the step leaves them, for a view of each (a controller's
+    /// per-machine objects): the provider's listing, each machine as the composer last
+    /// stepped it where this process did (so a machine whose software is in place reads
+    /// `Ready`), those the step deleted as `Deleting`, and those it created. A plan
+    /// shows them as listed.
+    pub machines: Vec<Machine>,
 }
 
 /// One change a set needs.
@@ -156,6 +162,8 @@ struct Member {
     unhealthy: Option<String>,
     /// Its probe fails, not yet for long enough to make it unhealthy.
     probe_failing: bool,
+    /// Running, and not looked at by this process yet.
+    unseen_running: bool,
     updating: bool,
     created: Option<SystemTime>,
 }
@@ -415,6 +423,10 @@ impl FleetReconciler {
                 .filter(|s| s.provider_id == m.provider_id);
             let last_phase = seen.and_then(|s| s.last.as_ref()).map(|l| l.phase);
             let ready = m.phase.is_running() && last_phase == Some(Phase::Ready);
+            // Running, and not looked at by this process yet (a new process, a new
+            // leader): whether it serves is not known, so it is neither taken for
+            // unhealthy nor replaced as if it did not serve.
+            let unseen_running = m.phase.is_running() && last_phase.is_none();
             let layers = match seen.and_then(|s| s.applied.as_ref()) {
                 Some(applied) if ready && *applied == expected_layers => Layers::Current,
                 Some(_) if ready => Layers::Changed,
@@ -444,7 +456,10 @@ impl FleetReconciler {
                         .or_else(|| seen.and_then(|s| s.last.as_ref()?.failure.as_ref()))
                         .map_or_else(|| "no reason given".to_owned(), |f| f.message.clone())
                 ))
-            } else if !ready && age.is_some_and(|a| a > set.health.startup_timeout) {
+            } else if !ready
+                && !unseen_running
+                && age.is_some_and(|a| a > set.health.startup_timeout)
+            {
                 Some(format!(
                     "not Ready {} after it was created",
                     humantime::format_duration(set.health.startup_timeout)
@@ -476,6 +491,7 @@ impl FleetReconciler {
                 changed_layers,
                 unhealthy,
                 probe_failing,
+                unseen_running,
                 updating,
                 created,
             });
@@ -652,8 +668,9 @@ impl FleetReconciler {
                 let i = current_of(&slots[&slot]);
                 let next = max_generation[&slot] + 1;
                 let name = names::machine_name(&set.name, slot, next);
-                if !members[i].available() {
-                    // Not serving: replacing it costs no availability.
+                if !members[i].available() && !members[i].unseen_running {
+                    // Not serving: replacing it costs no availability. (One this
+                    // process has not looked at yet may serve: it waits for the budget.)
                     creates.push((
                         slot,
                         next,
@@ -833,7 +850,7 @@ impl FleetReconciler {
             work,
             mut decisions,
             changes,
-            ..
+            deleted,
         } = plan;
         // Probes are looking, not changing: a fleet that only probes is steady.
         let busy = work.iter().any(|w| !matches!(w, Work::Probe(_)));
@@ -848,6 +865,15 @@ impl FleetReconciler {
         };
         let errors = self.run(work, &members, &template_revision).await;
         decisions.extend(errors);
+        let created: Vec<MachineName> = creates
+            .iter()
+            .map(|(slot, generation, _)| names::machine_name(&set.name, *slot, *generation))
+            .collect();
+        let machines = if execute == Execute::All {
+            self.observed(&members, &deleted, &created)
+        } else {
+            self.observed(&members, &vec![false; members.len()], &[])
+        };
         if execute == Execute::All {
             for d in &decisions {
                 tracing::info!(set = %set.name, "{d}");
@@ -906,9 +932,49 @@ impl FleetReconciler {
                 action,
                 decisions,
                 changes,
+                machines,
             },
             only_verified,
         ))
+    }
+
+    /// The members as the step leaves them: the composer's last look at each where it
+    /// is newer than the listing, `deleted` ones as Deleting, then the `created` ones.
+    fn observed(
+        &self,
+        members: &[Member],
+        deleted: &[bool],
+        created: &[MachineName],
+    ) -> Vec<Machine> {
+        let memo = self.lock();
+        let last = |name: &MachineName, id: Option<&ProviderId>| {
+            memo.machines
+                .get(name)
+                .filter(|s| id.is_none_or(|id| s.provider_id == *id))
+                .and_then(|s| s.last.clone())
+        };
+        let mut out: Vec<Machine> = members
+            .iter()
+            .zip(deleted)
+            .map(|(mb, &deleted)| {
+                if mb.deleting || deleted {
+                    let mut m = mb.m.clone();
+                    if !m.phase.is_deleting() {
+                        m.phase = Phase::Deleting;
+                    }
+                    return m;
+                }
+                last(&mb.m.name, Some(&mb.m.provider_id)).unwrap_or_else(|| mb.m.clone())
+            })
+            .collect();
+        for name in created {
+            if !out.iter().any(|m| m.name == *name)
+                && let Some(m) = last(name, None)
+            {
+                out.push(m);
+            }
+        }
+        out
     }
 
     /// Runs the step's work, at most `concurrency` at once, and records the outcomes;

@@ -7,6 +7,8 @@
 //! - `Machine` objects (`/apis/machine-provisioning.dev/v1alpha1/[namespaces/NS/]machines`):
 //!   get, list, watch, create, replace, delete; JSON patch (RFC 6902) and JSON merge
 //!   patch (RFC 7386) of the object, merge patch of the `status` subresource;
+//! - `MachineSet` objects (`.../machinesets`): the same, and the `scale` subresource
+//!   (get, replace, merge or JSON patch of an `autoscaling/v1` Scale);
 //! - `Lease` objects (`/apis/coordination.k8s.io/v1/namespaces/NS/leases`): get,
 //!   create, replace;
 //! - `Event` objects (`/apis/events.k8s.io/v1/namespaces/NS/events`): create, merge
@@ -29,8 +31,27 @@
 //!   `/status` change `status` only; `metadata.generation` starts at 1 and grows when
 //!   `spec` changes, never for metadata or status;
 //! - names: every object's name is a DNS subdomain (RFC 1123, at most 253 characters);
-//!   a `Machine` also obeys the CRD's `metadata.name` schema (`machine_kube::crd()`),
-//!   which the API server applies to custom resources at admission (422 Invalid);
+//!   a `Machine` or `MachineSet` also obeys its CRD's `metadata.name` schema
+//!   (`machine_kube::crd()`, `machine_kube::machine_set_crd()`), which the API server
+//!   applies to custom resources at admission (422 Invalid);
+//! - the scale subresource, as the apiextensions API server serves it for a CRD whose
+//!   scale paths are `.spec.replicas`, `.status.replicas` and `.status.selector`
+//!   (`ScaleREST`, `scaleFromCustomResource`): a GET answers an `autoscaling/v1` Scale
+//!   with the object's name, namespace, uid, resourceVersion and creationTimestamp,
+//!   `spec.replicas`, `status.replicas` (0 when absent) and `status.selector` (empty
+//!   when absent), and is a 500 when `spec.replicas` is absent; a PUT or patch of the
+//!   Scale sets the object's `spec.replicas` only (the generation grows), under the
+//!   Scale's resourceVersion when it carries one (409 when stale), and answers the new
+//!   Scale. Every write of a `MachineSet` runs `ValidateScaleSpec` (`.spec.replicas`
+//!   from 0 to 2^31 - 1, else 422 naming `.spec.replicas`) and `ValidateScaleStatus`
+//!   (`.status.replicas` likewise, `.status.selector` a string); a status write runs
+//!   the second only;
+//! - label selectors of a list (`labelSelector`, `labels.Parse`): `k=v`, `k==v`,
+//!   `k!=v`, `k in (..)`, `k notin (..)`, `k`, `!k`, joined by commas (400 when it
+//!   does not parse);
+//! - the garbage collector in background propagation, at once (the real one lags):
+//!   when an object goes, each object all of whose `ownerReferences` are gone is
+//!   deleted as a DELETE does (finalizers hold it);
 //! - deletion: an object with finalizers gets `deletionTimestamp` and stays; no
 //!   finalizer may be added to it then (422); it goes (DELETED) once its last finalizer
 //!   is removed, or at once when it has none;
@@ -38,10 +59,13 @@
 //!   negative when set (422).
 //!
 //! Not modelled: authentication, admission webhooks, field managers and managedFields,
-//! server-side apply, pruning of unknown fields, the rest of the OpenAPI validation
-//! (the CRD test runs `kubernetes-validate` on the CRD itself), label and field
-//! selectors, pagination (a list answers everything at once, which the API server may
-//! also do), watch bookmarks (optional for a server), history compaction (410 Gone).
+//! server-side apply, pruning of unknown fields and defaulting (a `MachineSet` without
+//! `spec.replicas` keeps none, where the API server would store the schema's default
+//! 1), the rest of the OpenAPI validation (the CRD test runs `kubernetes-validate` on
+//! the CRDs themselves), field selectors and label selectors of a watch, pagination (a
+//! list answers everything at once, which the API server may also do), watch bookmarks
+//! (optional for a server), foreground and orphan deletion (`blockOwnerDeletion` has
+//! no effect here), history compaction (410 Gone).
 //!
 //! Each `start()` serves a listener of its own, as a replica of the controller would
 //! reach the server: `cut(listener)` answers 503 to all its requests from then on, as
@@ -70,8 +94,15 @@ const HISTORY: usize = 4_096;
 
 /// The kinds served: (API group path, plural).
 const MACHINES: (&str, &str) = ("/apis/machine-provisioning.dev/v1alpha1", "machines");
+const MACHINE_SETS: (&str, &str) = ("/apis/machine-provisioning.dev/v1alpha1", "machinesets");
 const LEASES: (&str, &str) = ("/apis/coordination.k8s.io/v1", "leases");
 const EVENTS: (&str, &str) = ("/apis/events.k8s.io/v1", "events");
+const KINDS: [(&str, &str); 4] = [MACHINES, MACHINE_SETS, LEASES, EVENTS];
+
+/// The custom resources served: status subresource, generation, CRD name rules.
+fn is_custom(plural: &str) -> bool {
+    plural == MACHINES.1 || plural == MACHINE_SETS.1
+}
 
 /// One change, as a watch sends it.
 #[derive(Clone, Debug)]
@@ -103,20 +134,35 @@ pub struct FakeApi {
     pub writes: Arc<AtomicUsize>,
     /// Writes of a `Machine`'s status only.
     pub status_writes: Arc<AtomicUsize>,
+    /// Every write of a `MachineSet` object, its status or its scale.
+    pub set_writes: Arc<AtomicUsize>,
+    /// Writes of a `MachineSet`'s status only.
+    pub set_status_writes: Arc<AtomicUsize>,
     /// (listener, method, path) of every request, in order.
     pub requests: Arc<Mutex<Vec<(usize, String, String)>>>,
-    name_rule: Arc<(usize, regex_lite::Regex)>,
+    /// Each custom resource's rule for `metadata.name` (its CRD's), by plural.
+    name_rules: Arc<BTreeMap<&'static str, (usize, regex_lite::Regex)>>,
+}
+
+/// The CRD's own rule for metadata.name, as the API server reads it.
+fn name_rule(
+    crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> (usize, regex_lite::Regex) {
+    let crd = serde_json::to_value(crd).unwrap();
+    let rule = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["metadata"]["properties"]
+        ["name"];
+    let max = rule["maxLength"].as_u64().unwrap_or(253) as usize;
+    let pattern = rule["pattern"].as_str().unwrap_or(".*");
+    (max, regex_lite::Regex::new(pattern).unwrap())
 }
 
 impl Default for FakeApi {
     fn default() -> Self {
         let (changes, _) = broadcast::channel(4096);
-        // The CRD's own rule for metadata.name, as the API server reads it.
-        let crd = serde_json::to_value(machine_kube::crd()).unwrap();
-        let rule = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["metadata"]
-            ["properties"]["name"];
-        let max = rule["maxLength"].as_u64().unwrap_or(253) as usize;
-        let pattern = rule["pattern"].as_str().unwrap_or(".*");
+        let name_rules = BTreeMap::from([
+            (MACHINES.1, name_rule(machine_kube::crd())),
+            (MACHINE_SETS.1, name_rule(machine_kube::machine_set_crd())),
+        ]);
         FakeApi {
             state: Arc::default(),
             changes,
@@ -124,8 +170,10 @@ impl Default for FakeApi {
             listeners: Arc::default(),
             writes: Arc::default(),
             status_writes: Arc::default(),
+            set_writes: Arc::default(),
+            set_status_writes: Arc::default(),
             requests: Arc::default(),
-            name_rule: Arc::new((max, regex_lite::Regex::new(pattern).unwrap())),
+            name_rules: Arc::new(name_rules),
         }
     }
 }
@@ -257,6 +305,63 @@ impl FakeApi {
         .unwrap();
     }
 
+    /// Stores `object` (a `MachineSet` object as JSON) as a create does; the refusal's
+    /// code and message if the server would refuse it.
+    pub fn create_set(&self, object: Value) -> Result<Value, (u16, String)> {
+        let ns = object["metadata"]["namespace"].as_str().unwrap().to_owned();
+        self.create(MACHINE_SETS.1, &ns, object)
+            .map_err(|(code, message)| (code.as_u16(), message))
+    }
+
+    /// Stores `object` (a `MachineSet`) as a create does, or panics.
+    pub fn insert_set(&self, object: Value) {
+        if let Err((code, message)) = self.create_set(object) {
+            panic!("create refused: {code} {message}");
+        }
+    }
+
+    /// Stores a `MachineSet` without any admission check (its name, its replicas), as
+    /// an object written before the CRD said so would be stored.
+    pub fn insert_set_unadmitted(&self, object: Value) {
+        let ns = object["metadata"]["namespace"].as_str().unwrap().to_owned();
+        self.create_checked(MACHINE_SETS.1, &ns, object, false)
+            .unwrap();
+    }
+
+    /// The stored `MachineSet`, if any.
+    pub fn set(&self, ns: &str, name: &str) -> Option<Value> {
+        self.object(MACHINE_SETS.1, ns, name)
+    }
+
+    /// Deletes the `MachineSet` as a DELETE does.
+    pub fn delete_set(&self, ns: &str, name: &str) {
+        self.delete_object(MACHINE_SETS.1, ns, name).unwrap();
+    }
+
+    /// Changes the `MachineSet`'s spec as a merge patch of `{"spec": spec}` does.
+    pub fn patch_set_spec(&self, ns: &str, name: &str, spec: Value) {
+        self.patch(
+            MACHINE_SETS.1,
+            ns,
+            name,
+            None,
+            "application/merge-patch+json",
+            json!({ "spec": spec }),
+        )
+        .unwrap();
+    }
+
+    /// The stored `Machine` objects of `ns`, by name.
+    pub fn machines(&self, ns: &str) -> BTreeMap<String, Value> {
+        let state = self.state.lock().unwrap();
+        state
+            .objects
+            .iter()
+            .filter(|((p, n, _), _)| p == MACHINES.1 && n == ns)
+            .map(|((_, _, name), v)| (name.clone(), v.clone()))
+            .collect()
+    }
+
     async fn answer(&self, req: Request<Incoming>, listener: usize) -> Response<Body> {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
@@ -285,16 +390,45 @@ impl FakeApi {
         let params: BTreeMap<String, String> = query
             .split('&')
             .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .map(|(k, v)| (percent_decode(k), percent_decode(v)))
             .collect();
         let parsed = || serde_json::from_slice::<Value>(&body);
         let result = match (&method, &route) {
+            (
+                _,
+                Route {
+                    name: Some(name),
+                    namespace: Some(ns),
+                    sub: Some(sub),
+                    ..
+                },
+            ) if sub == "scale" && route.plural == MACHINE_SETS.1 => match &method {
+                &Method::GET => self.get_scale(ns, name).map(|o| (StatusCode::OK, o)),
+                &Method::PUT => match parsed() {
+                    Ok(scale) => self
+                        .update_scale(ns, name, None, scale)
+                        .map(|o| (StatusCode::OK, o)),
+                    Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+                },
+                &Method::PATCH => match parsed() {
+                    Ok(p) => self
+                        .update_scale(ns, name, Some(&content_type), p)
+                        .map(|o| (StatusCode::OK, o)),
+                    Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+                },
+                m => Err((
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{m} {path} is not served"),
+                )),
+            },
             (&Method::GET, Route { name: None, .. })
                 if params.get("watch").map(String::as_str) == Some("true") =>
             {
                 return self.watch(&route, &params);
             }
-            (&Method::GET, Route { name: None, .. }) => Ok((StatusCode::OK, self.list(&route))),
+            (&Method::GET, Route { name: None, .. }) => self
+                .list(&route, params.get("labelSelector").map(String::as_str))
+                .map(|l| (StatusCode::OK, l)),
             (
                 &Method::GET,
                 Route {
@@ -376,6 +510,7 @@ impl FakeApi {
                     StatusCode::NOT_FOUND => "NotFound",
                     StatusCode::UNPROCESSABLE_ENTITY => "Invalid",
                     StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaType",
+                    StatusCode::INTERNAL_SERVER_ERROR => "InternalError",
                     _ => "BadRequest",
                 };
                 status(code, reason, &message)
@@ -383,7 +518,11 @@ impl FakeApi {
         }
     }
 
-    fn list(&self, route: &Route) -> Value {
+    fn list(&self, route: &Route, selector: Option<&str>) -> Result<Value, (StatusCode, String)> {
+        let requirements = match selector {
+            Some(s) => parse_selector(s).map_err(|e| (StatusCode::BAD_REQUEST, e))?,
+            None => Vec::new(),
+        };
         let state = self.state.lock().unwrap();
         let items: Vec<Value> = state
             .objects
@@ -391,14 +530,110 @@ impl FakeApi {
             .filter(|((p, n, _), _)| {
                 p == route.plural && route.namespace.as_ref().is_none_or(|ns| ns == n)
             })
+            .filter(|(_, o)| {
+                requirements
+                    .iter()
+                    .all(|r| r.holds(&o["metadata"]["labels"]))
+            })
             .map(|(_, v)| v.clone())
             .collect();
-        json!({
+        Ok(json!({
             "apiVersion": route.api_version(),
             "kind": format!("{}List", route.kind()),
             "metadata": { "resourceVersion": state.revision.to_string() },
             "items": items,
-        })
+        }))
+    }
+
+    /// The `autoscaling/v1` Scale of a `MachineSet`, as the API server builds it from
+    /// the CRD's scale paths (`.spec.replicas`, `.status.replicas`, `.status.selector`).
+    fn get_scale(&self, ns: &str, name: &str) -> Result<Value, (StatusCode, String)> {
+        let o = self
+            .object(MACHINE_SETS.1, ns, name)
+            .ok_or_else(|| not_found(MACHINE_SETS.1, name))?;
+        if o["spec"]["replicas"].is_null() {
+            return Err((
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the spec replicas field \".spec.replicas\" does not exist".into(),
+            ));
+        }
+        Ok(scale_of(&o))
+    }
+
+    /// A write of the Scale (a PUT of one, or a patch of the current one): its
+    /// `spec.replicas` becomes the set's, under its resourceVersion if it carries one;
+    /// the set is validated as any write of it is.
+    fn update_scale(
+        &self,
+        ns: &str,
+        name: &str,
+        patch_type: Option<&str>,
+        body: Value,
+    ) -> Result<Value, (StatusCode, String)> {
+        let mut state = self.state.lock().unwrap();
+        let key = (MACHINE_SETS.1.to_owned(), ns.to_owned(), name.to_owned());
+        let Some(current) = state.objects.get(&key).cloned() else {
+            return Err(not_found(MACHINE_SETS.1, name));
+        };
+        let old = scale_of(&current);
+        let scale = match patch_type {
+            None => body,
+            Some("application/merge-patch+json") => {
+                let mut s = old.clone();
+                json_patch::merge(&mut s, &body);
+                s
+            }
+            Some("application/json-patch+json") => {
+                let mut s = old.clone();
+                let ops: json_patch::Patch = serde_json::from_value(body)
+                    .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+                json_patch::patch(&mut s, &ops)
+                    .map_err(|e| (StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+                s
+            }
+            Some(other) => {
+                return Err((
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    format!("{other} is not served by the stand-in"),
+                ));
+            }
+        };
+        // A resourceVersion in the Scale is the update's precondition.
+        if let Some(v) = scale["metadata"]["resourceVersion"].as_str()
+            && !v.is_empty()
+            && Some(v) != current["metadata"]["resourceVersion"].as_str()
+        {
+            return Err(conflict(MACHINE_SETS.1, name));
+        }
+        let replicas = match &scale["spec"]["replicas"] {
+            Value::Null => 0,
+            v => v
+                .as_i64()
+                .filter(|n| i32::try_from(*n).is_ok())
+                .ok_or_else(|| {
+                    (
+                        StatusCode::BAD_REQUEST,
+                        format!("Scale.spec.replicas: {v} is not an int32"),
+                    )
+                })?,
+        };
+        let mut updated = current.clone();
+        updated["spec"]["replicas"] = json!(replicas);
+        check_scale(name, &updated, true)?;
+        if updated["spec"] != current["spec"] {
+            updated["metadata"]["generation"] =
+                json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
+        }
+        self.set_writes.fetch_add(1, Ordering::SeqCst);
+        let stored = self.commit(
+            &mut state,
+            MACHINE_SETS.1,
+            ns,
+            name,
+            Some(updated),
+            "MODIFIED",
+        );
+        Ok(scale_of(&stored))
     }
 
     /// A watch: every change after `resourceVersion`, then each change as it happens,
@@ -505,6 +740,9 @@ impl FakeApi {
         if plural == LEASES.1 {
             check_lease(&o)?;
         }
+        if admit && plural == MACHINE_SETS.1 {
+            check_scale(&name, &o, true)?;
+        }
         let mut state = self.state.lock().unwrap();
         let key = (plural.to_owned(), ns.to_owned(), name.clone());
         if state.objects.contains_key(&key) {
@@ -517,13 +755,13 @@ impl FakeApi {
         o["metadata"]["uid"] = json!(format!("uid-{:08}", state.uids));
         o["metadata"]["creationTimestamp"] = json!(now());
         clean_metadata(&mut o);
-        if plural == MACHINES.1 {
+        if is_custom(plural) {
             o["metadata"]["generation"] = json!(1);
             // The status subresource: a create leaves the status out.
             if let Some(fields) = o.as_object_mut() {
                 fields.remove("status");
             }
-            self.writes.fetch_add(1, Ordering::SeqCst);
+            self.count_write(plural, false);
         }
         Ok(self.commit(&mut state, plural, ns, &name, Some(o), "ADDED"))
     }
@@ -547,7 +785,7 @@ impl FakeApi {
             Some(v) if Some(v) != current["metadata"]["resourceVersion"].as_str() => {
                 return Err(conflict(plural, name));
             }
-            None if plural == MACHINES.1 => {
+            None if is_custom(plural) => {
                 return Err((
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
@@ -564,13 +802,16 @@ impl FakeApi {
         ] {
             o["metadata"][kept] = current["metadata"][kept].clone();
         }
-        if plural == MACHINES.1 {
+        if is_custom(plural) {
             o["status"] = current["status"].clone();
             if o["spec"] != current["spec"] {
                 o["metadata"]["generation"] =
                     json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
             }
-            self.writes.fetch_add(1, Ordering::SeqCst);
+            if plural == MACHINE_SETS.1 {
+                check_scale(name, &o, true)?;
+            }
+            self.count_write(plural, false);
         }
         clean_metadata(&mut o);
         check_finalizers(&current, &o)?;
@@ -627,13 +868,13 @@ impl FakeApi {
         ] {
             updated["metadata"][kept] = current["metadata"][kept].clone();
         }
-        if plural == MACHINES.1 {
+        if is_custom(plural) {
             match sub {
                 Some("status") => {
                     let status = updated["status"].clone();
                     updated = current.clone();
                     updated["status"] = status;
-                    self.status_writes.fetch_add(1, Ordering::SeqCst);
+                    self.count_write(plural, true);
                 }
                 None => {
                     updated["status"] = current["status"].clone();
@@ -646,7 +887,10 @@ impl FakeApi {
                     return Err((StatusCode::NOT_FOUND, format!("no subresource {other}")));
                 }
             }
-            self.writes.fetch_add(1, Ordering::SeqCst);
+            if plural == MACHINE_SETS.1 {
+                check_scale(name, &updated, sub.is_none())?;
+            }
+            self.count_write(plural, false);
         }
         clean_metadata(&mut updated);
         check_finalizers(&current, &updated)?;
@@ -667,8 +911,8 @@ impl FakeApi {
         let Some(mut current) = state.objects.get(&key).cloned() else {
             return Err(not_found(plural, name));
         };
-        if plural == MACHINES.1 {
-            self.writes.fetch_add(1, Ordering::SeqCst);
+        if is_custom(plural) {
+            self.count_write(plural, false);
         }
         let has_finalizers = current["metadata"]["finalizers"]
             .as_array()
@@ -716,8 +960,9 @@ impl FakeApi {
         } else {
             state.objects.insert(key, object.clone());
         }
-        let plural = [MACHINES.1, LEASES.1, EVENTS.1]
+        let plural = KINDS
             .into_iter()
+            .map(|(_, p)| p)
             .find(|p| *p == plural)
             .unwrap_or("other");
         let change = Change {
@@ -733,7 +978,66 @@ impl FakeApi {
             state.history.drain(..extra);
         }
         let _ = self.changes.send(change);
+        if kind == "DELETED"
+            && let Some(uid) = object["metadata"]["uid"].as_str()
+        {
+            self.collect_garbage(state, uid);
+        }
         object
+    }
+
+    /// Counts a write of a custom resource (`status`: of its status only).
+    fn count_write(&self, plural: &str, status: bool) {
+        let (all, only_status) = if plural == MACHINES.1 {
+            (&self.writes, &self.status_writes)
+        } else {
+            (&self.set_writes, &self.set_status_writes)
+        };
+        all.fetch_add(1, Ordering::SeqCst);
+        if status {
+            only_status.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The garbage collector, in background propagation: once an object is gone, each
+    /// object all of whose owners are gone is deleted as a DELETE does (one with
+    /// finalizers gets its deletionTimestamp and stays until they are removed).
+    fn collect_garbage(&self, state: &mut State, gone_uid: &str) {
+        let live: HashSet<String> = state
+            .objects
+            .values()
+            .filter_map(|o| o["metadata"]["uid"].as_str().map(str::to_owned))
+            .collect();
+        let orphans: Vec<(String, String, String)> = state
+            .objects
+            .iter()
+            .filter(|(_, o)| {
+                let owners = o["metadata"]["ownerReferences"].as_array();
+                owners.is_some_and(|refs| {
+                    !refs.is_empty()
+                        && refs.iter().any(|r| r["uid"] == gone_uid)
+                        && refs
+                            .iter()
+                            .all(|r| !live.contains(r["uid"].as_str().unwrap_or_default()))
+                })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (plural, ns, name) in orphans {
+            let key = (plural.clone(), ns.clone(), name.clone());
+            let Some(mut o) = state.objects.get(&key).cloned() else {
+                continue;
+            };
+            let has_finalizers = o["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty());
+            if !has_finalizers {
+                self.commit(state, &plural, &ns, &name, None, "DELETED");
+            } else if o["metadata"]["deletionTimestamp"].is_null() {
+                o["metadata"]["deletionTimestamp"] = json!(now());
+                self.commit(state, &plural, &ns, &name, Some(o), "MODIFIED");
+            }
+        }
     }
 
     fn check_name(&self, plural: &str, name: &str) -> Result<(), (StatusCode, String)> {
@@ -755,8 +1059,9 @@ impl FakeApi {
                 ),
             ));
         }
-        let (max, pattern) = &*self.name_rule;
-        if plural == MACHINES.1 && (name.len() > *max || !pattern.is_match(name)) {
+        if let Some((max, pattern)) = self.name_rules.get(plural)
+            && (name.len() > *max || !pattern.is_match(name))
+        {
             return Err((
                 StatusCode::UNPROCESSABLE_ENTITY,
                 format!(
@@ -786,6 +1091,7 @@ impl Route {
     fn kind(&self) -> &'static str {
         match self.plural {
             "machines" => "Machine",
+            "machinesets" => "MachineSet",
             "leases" => "Lease",
             _ => "Event",
         }
@@ -793,13 +1099,13 @@ impl Route {
 }
 
 fn route(path: &str) -> Option<Route> {
-    for (group, plural) in [MACHINES, LEASES, EVENTS] {
+    for (group, plural) in KINDS {
         let Some(rest) = path.strip_prefix(group) else {
             continue;
         };
         let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
         let owned = |s: &str| Some(s.to_owned());
-        return match parts.as_slice() {
+        let found = match parts.as_slice() {
             [p] if *p == plural => Some(Route {
                 group,
                 plural,
@@ -830,8 +1136,179 @@ fn route(path: &str) -> Option<Route> {
             }),
             _ => None,
         };
+        if found.is_some() {
+            return found;
+        }
     }
     None
+}
+
+/// The `autoscaling/v1` Scale of a stored `MachineSet` (`scaleFromCustomResource`):
+/// the object's name, namespace, uid, resourceVersion and creation time; `spec.replicas`
+/// from `.spec.replicas`, `status.replicas` from `.status.replicas` (0 when absent),
+/// `status.selector` from `.status.selector` (empty when absent).
+fn scale_of(o: &Value) -> Value {
+    let meta = &o["metadata"];
+    json!({
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"],
+            "creationTimestamp": meta["creationTimestamp"],
+        },
+        "spec": { "replicas": o["spec"]["replicas"].as_i64().unwrap_or(0) },
+        "status": {
+            "replicas": o["status"]["replicas"].as_i64().unwrap_or(0),
+            "selector": o["status"]["selector"].as_str().unwrap_or(""),
+        },
+    })
+}
+
+/// `ValidateScaleSpec` and `ValidateScaleStatus`, which the API server runs on writes
+/// of a custom resource with a scale subresource (a write of `/status` runs the second
+/// only): `.spec.replicas` and `.status.replicas`, where present, integers from 0 to
+/// 2^31 - 1; `.status.selector` a string.
+fn check_scale(name: &str, o: &Value, spec: bool) -> Result<(), (StatusCode, String)> {
+    let invalid = |path: &str, v: &Value, why: &str| {
+        Err((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "MachineSet.machine-provisioning.dev {name:?} is invalid: {path}: Invalid value: {v}: {why}"
+            ),
+        ))
+    };
+    let checked = [
+        (".spec.replicas", &o["spec"]["replicas"]),
+        (".status.replicas", &o["status"]["replicas"]),
+    ];
+    for (path, v) in checked.into_iter().skip(usize::from(!spec)) {
+        match v {
+            Value::Null => {}
+            Value::Number(n) => match n.as_i64() {
+                Some(n) if n < 0 => return invalid(path, v, "should be a non-negative integer"),
+                Some(n) if n > i64::from(i32::MAX) => {
+                    return invalid(path, v, "should be less than or equal to 2147483647");
+                }
+                Some(_) => {}
+                None => return invalid(path, v, "is not an integer"),
+            },
+            _ => return invalid(path, v, "is not an integer"),
+        }
+    }
+    let selector = &o["status"]["selector"];
+    if !selector.is_null() && !selector.is_string() {
+        return invalid(".status.selector", selector, "is not a string");
+    }
+    Ok(())
+}
+
+/// One requirement of a label selector.
+enum Requirement {
+    Equal(String, String),
+    NotEqual(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+impl Requirement {
+    fn holds(&self, labels: &Value) -> bool {
+        let get = |k: &str| labels[k].as_str();
+        match self {
+            Requirement::Equal(k, v) => get(k) == Some(v.as_str()),
+            Requirement::NotEqual(k, v) => get(k) != Some(v.as_str()),
+            Requirement::In(k, vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|x| vs.iter().all(|v| v != x)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::DoesNotExist(k) => get(k).is_none(),
+        }
+    }
+}
+
+/// A label selector in its string form (`labels.Parse`): requirements joined by
+/// commas, each `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k` or `!k`.
+fn parse_selector(s: &str) -> Result<Vec<Requirement>, String> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    let values = |list: &str| -> Result<Vec<String>, String> {
+        let inner = list
+            .trim()
+            .strip_prefix('(')
+            .and_then(|l| l.strip_suffix(')'))
+            .ok_or_else(|| format!("unable to parse requirement: {list:?}"))?;
+        Ok(inner.split(',').map(|v| v.trim().to_owned()).collect())
+    };
+    let mut out = Vec::new();
+    for part in parts.into_iter().map(str::trim).filter(|p| !p.is_empty()) {
+        let r = if let Some(k) = part.strip_prefix('!') {
+            Requirement::DoesNotExist(k.trim().to_owned())
+        } else if let Some((k, v)) = part.split_once(" notin ") {
+            Requirement::NotIn(k.trim().to_owned(), values(v)?)
+        } else if let Some((k, v)) = part.split_once(" in ") {
+            Requirement::In(k.trim().to_owned(), values(v)?)
+        } else if let Some((k, v)) = part.split_once("!=") {
+            Requirement::NotEqual(k.trim().to_owned(), v.trim().to_owned())
+        } else if let Some((k, v)) = part.split_once("==") {
+            Requirement::Equal(k.trim().to_owned(), v.trim().to_owned())
+        } else if let Some((k, v)) = part.split_once('=') {
+            Requirement::Equal(k.trim().to_owned(), v.trim().to_owned())
+        } else if part.contains([' ', '(', ')']) {
+            return Err(format!("unable to parse requirement: {part:?}"));
+        } else {
+            Requirement::Exists(part.to_owned())
+        };
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// `s` with its `%XX` escapes (and `+` for a space) decoded, as a query string is read.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// No new finalizer on an object being deleted.
