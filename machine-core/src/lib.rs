@@ -90,9 +90,10 @@ pub use software::{
     SentinelFile, Software,
 };
 pub use spec::{
-    FleetSpec, MAX_DOCUMENT_BYTES, MAX_SSH_PUBLIC_KEY_LEN, MAX_TIMEOUT, MAX_YAML_ALIAS_EVENTS,
-    MAX_YAML_NODES, MachineSpec, SshAccess, check_duration, check_ssh_public_key,
-    check_unique_names, from_json, from_json_redacting, from_yaml, from_yaml_redacting,
+    FleetSpec, MAX_DOCUMENT_BYTES, MAX_LABEL_VALUE_LEN, MAX_LABELS, MAX_SSH_PUBLIC_KEY_LEN,
+    MAX_TIMEOUT, MAX_YAML_ALIAS_EVENTS, MAX_YAML_NODES, MachineSpec, SshAccess, check_duration,
+    check_ssh_public_key, check_unique_names, from_json, from_json_redacting, from_yaml,
+    from_yaml_redacting,
 };
 pub use transport::{
     Connector, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, FileUpload, MASK, MIN_MASKED_LEN,

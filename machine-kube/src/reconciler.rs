@@ -27,6 +27,25 @@ use crate::resource::{
 /// The field manager the controller writes as, and its name in events.
 pub const FIELD_MANAGER: &str = "machine-kube";
 
+/// The label every machine this controller makes carries: the uid of the `Machine`
+/// object it was made for. A machine of the same name made for another object (in
+/// another namespace: names are per provider, not per namespace) or by a `MachineSet`
+/// is neither adopted nor deleted.
+pub const OBJECT_LABEL: &str = "machine-kube/object";
+
+/// Whether `m` was made for another object than the one of `uid` (or by a fleet).
+fn foreign(m: &Machine, uid: &str) -> Option<String> {
+    if let Some(set) = m.labels.get(machine_core::fleet::SET_LABEL) {
+        return Some(format!("it belongs to the machine set {set:?}"));
+    }
+    match m.labels.get(OBJECT_LABEL) {
+        Some(other) if other != uid => Some(format!(
+            "it was made for another Machine object (uid {other}), in another namespace or before this one was made"
+        )),
+        _ => None,
+    }
+}
+
 /// How often a Ready machine is looked at again without any change of its object, so
 /// that a machine deleted or broken behind the controller's back is noticed.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(300);
@@ -784,13 +803,37 @@ struct Plan {
 async fn drive(w: &mut Writer<'_>, plan: Plan, generation: i64) -> Result<Action, ReconcileError> {
     let Plan {
         composer,
-        spec,
+        mut spec,
         applied,
         reverify,
         applying,
         record,
     } = plan;
     let previous = w.status();
+    let uid = w.obj.uid().unwrap_or_default();
+    spec.labels.insert(OBJECT_LABEL.into(), uid.clone());
+    let found = if previous.machine.is_none() {
+        match composer.provider().find(&spec.name).await {
+            Ok(found) => found,
+            Err(e) => return fail(w, e.into()).await,
+        }
+    } else {
+        None
+    };
+    if let Some(why) = found.as_ref().and_then(|m| foreign(m, &uid)) {
+        // First look: never adopt another object's machine of the same name.
+        return refuse(
+            w,
+            machine_core::Error::invalid_spec(
+                "metadata.name",
+                format!(
+                    "the machine {} at the provider is not this object's: {why}; give this object another name",
+                    spec.name
+                ),
+            ),
+        )
+        .await;
+    }
     let decoupled = decoupled_names(&composer);
     let mut before = previous
         .machine
@@ -1054,6 +1097,20 @@ async fn cleanup(w: &mut Writer<'_>) -> Result<Action, ReconcileError> {
             return Ok(Action::requeue(w.ctx.resync));
         }
     };
+    let uid = w.obj.uid().unwrap_or_default();
+    if let Some(m) = composer.provider().find(&name).await?
+        && let Some(why) = foreign(&m, &uid)
+    {
+        remove_finalizer(w).await?;
+        w.event(
+            EventType::Normal,
+            "Deleted",
+            "Delete",
+            format!("machine {name} left alone: {why}"),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
     match composer.reconcile_deletion(&name).await {
         Ok(step) => match step.machine {
             None => {

@@ -571,3 +571,71 @@ async fn a_machine_ready_at_its_first_look_still_gets_its_ready_event() {
     let reasons = event_reasons(&api);
     assert_eq!(reasons, ["Created", "Ready"], "{reasons:?}");
 }
+
+/// Machine names are per provider, not per namespace: an object of the same name in
+/// another namespace neither adopts the first object's machine nor deletes it.
+#[tokio::test]
+async fn a_same_named_object_in_another_namespace_neither_adopts_nor_deletes_the_machine() {
+    let api = FakeApi::default();
+    let client = api.start().await;
+    let cloud = SimCloud::new();
+    let ctx = context(client, &cloud);
+    api.insert(object("web-1", &[], json!({})));
+    until(&api, "web-1", &ctx, |o| {
+        o.and_then(|o| o["status"]["machine"]["phase"].as_str()) == Some("Ready")
+    })
+    .await;
+    let first = api.get(NS, "web-1").unwrap()["status"]["machine"]["providerID"].clone();
+
+    let mut twin = object("web-1", &[], json!({}));
+    twin["metadata"]["namespace"] = json!("other");
+    api.insert(twin);
+    let twin_step = |api: &FakeApi| {
+        let obj: MachineObject =
+            serde_json::from_value(api.get("other", "web-1").unwrap()).unwrap();
+        reconcile(Arc::new(obj), ctx.clone())
+    };
+    // The first steps put the finalizer on; then the machine is looked for.
+    for _ in 0..5 {
+        let _ = twin_step(&api).await;
+        if !api.get("other", "web-1").unwrap()["status"]["specError"].is_null() {
+            break;
+        }
+    }
+    let said = api.get("other", "web-1").unwrap()["status"].clone();
+    assert!(
+        said["specError"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not this object's"),
+        "{said}"
+    );
+    assert!(
+        said["machine"].is_null(),
+        "the twin adopted the machine: {said}"
+    );
+    assert_eq!(cloud.machine_count(), 1);
+
+    api.delete("other", "web-1");
+    for _ in 0..20 {
+        if api.get("other", "web-1").is_none() {
+            break;
+        }
+        let _ = twin_step(&api).await;
+    }
+    assert!(
+        api.get("other", "web-1").is_none(),
+        "the twin's deletion did not finish"
+    );
+    let still = api.get(NS, "web-1").unwrap()["status"]["machine"]["providerID"].clone();
+    assert_eq!(still, first);
+    let m = SimProvider::new(cloud.clone(), SimConfig::default())
+        .unwrap()
+        .get(&machine_core::ProviderId::new(first.as_str().unwrap()).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        !m.phase.is_deleting(),
+        "the twin's deletion deleted the machine"
+    );
+}
