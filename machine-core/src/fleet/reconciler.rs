@@ -224,7 +224,11 @@ enum Work {
 enum Outcome {
     Deleted(MachineName, Result<()>),
     Stepped(Box<Stepped>),
-    Verified(Box<Machine>, Vec<Option<String>>, Result<Vec<Option<String>>>),
+    Verified(
+        Box<Machine>,
+        Vec<Option<String>>,
+        Result<Vec<Option<String>>>,
+    ),
     Probed(MachineName, bool),
 }
 
