@@ -157,6 +157,8 @@ struct Member {
     /// Its probe fails, not yet for long enough to make it unhealthy.
     probe_failing: bool,
     updating: bool,
+    /// Running, not stepped by this process yet: whether it serves is not known.
+    unknown: bool,
     created: Option<SystemTime>,
 }
 
@@ -415,6 +417,9 @@ impl FleetReconciler {
                 .filter(|s| s.provider_id == m.provider_id);
             let last_phase = seen.and_then(|s| s.last.as_ref()).map(|l| l.phase);
             let ready = m.phase.is_running() && last_phase == Some(Phase::Ready);
+            // Running and not stepped by this process yet (a new process's first look):
+            // it may well be serving; its first step says, before any judgement.
+            let unknown = m.phase.is_running() && last_phase.is_none();
             let layers = match seen.and_then(|s| s.applied.as_ref()) {
                 Some(applied) if ready && *applied == expected_layers => Layers::Current,
                 Some(_) if ready => Layers::Changed,
@@ -444,7 +449,7 @@ impl FleetReconciler {
                         .or_else(|| seen.and_then(|s| s.last.as_ref()?.failure.as_ref()))
                         .map_or_else(|| "no reason given".to_owned(), |f| f.message.clone())
                 ))
-            } else if !ready && age.is_some_and(|a| a > set.health.startup_timeout) {
+            } else if !ready && !unknown && age.is_some_and(|a| a > set.health.startup_timeout) {
                 Some(format!(
                     "not Ready {} after it was created",
                     humantime::format_duration(set.health.startup_timeout)
@@ -477,6 +482,7 @@ impl FleetReconciler {
                 unhealthy,
                 probe_failing,
                 updating,
+                unknown,
                 created,
             });
         }
@@ -652,7 +658,7 @@ impl FleetReconciler {
                 let i = current_of(&slots[&slot]);
                 let next = max_generation[&slot] + 1;
                 let name = names::machine_name(&set.name, slot, next);
-                if !members[i].available() {
+                if !members[i].available() && !members[i].unknown {
                     // Not serving: replacing it costs no availability.
                     creates.push((
                         slot,
