@@ -260,7 +260,7 @@ pub async fn status(fleet: &Fleet, output: Output) -> Result<Exit> {
         }
         Output::Text => {
             let mut out = format!(
-                "Set {} on {}: {} wanted, {} machines, {} ready, {} up to date{} (revision {}).\n\n",
+                "Set {} on {}: {} wanted, {} machines, {} ready, {} up to date{}.\n\n",
                 set.name,
                 fleet.place(),
                 counts.desired,
@@ -272,7 +272,6 @@ pub async fn status(fleet: &Fleet, output: Output) -> Result<Exit> {
                 } else {
                     String::new()
                 },
-                short_revision(&seen.planned.status.observed_revision),
             );
             if seen.rows.is_empty() {
                 out.push_str("No machines.\n");
@@ -375,7 +374,7 @@ pub async fn apply(fleet: &Fleet, ui: &Ui, stop: &Stop, timeout: Duration) -> Re
     ui.line("");
     let replicas = u64::from(fleet.reconciler.set().replicas);
     let bar = ui.rollout("rollout", replicas);
-    let ending = drive(fleet, ui, stop, timeout, |step| {
+    let ending = drive(fleet, ui, stop, timeout, true, |step| {
         bar.set_position(u64::from(step.status.updated).min(replicas));
         bar.set_message(format!(
             "{} ready, {} available, {} up to date",
@@ -436,7 +435,8 @@ pub async fn destroy(fleet: &Fleet, ui: &Ui, stop: &Stop, timeout: Duration) -> 
         fleet.place()
     ));
     let bar = ui.rollout("destroy", live);
-    let ending = drive(fleet, ui, stop, timeout, |step| {
+    // A paused rollout or remediation does not hold deletions back: not a reason to stop.
+    let ending = drive(fleet, ui, stop, timeout, false, |step| {
         bar.set_position(live.saturating_sub(u64::from(step.status.replicas)));
     })
     .await?;
@@ -481,13 +481,14 @@ pub async fn destroy(fleet: &Fleet, ui: &Ui, stop: &Stop, timeout: Duration) -> 
     Ok(Exit::Ok)
 }
 
-/// Steps the reconciler until the fleet converges, a rollout pauses, the timeout passes
-/// or Ctrl-C is pressed; saves after every step.
+/// Steps the reconciler until the fleet converges, a rollout or remediation pauses
+/// (when `pauses` holds), the timeout passes or Ctrl-C is pressed; saves after every step.
 async fn drive(
     fleet: &Fleet,
     ui: &Ui,
     stop: &Stop,
     timeout: Duration,
+    pauses: bool,
     mut progress: impl FnMut(&FleetReconciled),
 ) -> Result<Ending> {
     let started = Instant::now();
@@ -521,7 +522,7 @@ async fn drive(
             progress(&step);
             let status = &step.status;
             let is = |kind: &str| status.condition(kind).is_some_and(|c| c.status);
-            if is(conditions::ROLLOUT_PAUSED) || is(conditions::REMEDIATION_PAUSED) {
+            if pauses && (is(conditions::ROLLOUT_PAUSED) || is(conditions::REMEDIATION_PAUSED)) {
                 let why = [conditions::ROLLOUT_PAUSED, conditions::REMEDIATION_PAUSED]
                     .iter()
                     .filter_map(|k| status.condition(k).filter(|c| c.status))

@@ -324,21 +324,31 @@ struct WriteFileDoc {
     mode: Option<FileMode>,
 }
 
-/// A file mode: an octal string (`"0644"`, `"755"`) or a number written in octal digits.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum FileMode {
-    Number(u64),
-    Text(String),
+/// A file mode in octal digits, quoted or not (`0644`, `"755"`, `0o600`): read as the
+/// scalar's text, since YAML readers disagree on what a bare `0644` is as a number
+/// (octal, decimal, a float) and `0o644` would read as 420.
+struct FileMode(String);
+
+impl<'de> Deserialize<'de> for FileMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = FileMode;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a quoted octal permission mode such as \"0644\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<FileMode, E> {
+                Ok(FileMode(v.to_owned()))
+            }
+        }
+        d.deserialize_str(Visitor)
+    }
 }
 
 impl FileMode {
     fn bits(&self) -> std::result::Result<u32, String> {
-        let digits = match self {
-            FileMode::Number(n) => n.to_string(),
-            FileMode::Text(t) => t.trim().trim_start_matches("0o").to_owned(),
-        };
-        u32::from_str_radix(&digits, 8)
+        let digits = self.0.trim().trim_start_matches("0o");
+        u32::from_str_radix(digits, 8)
             .ok()
             .filter(|m| *m <= 0o7777)
             .ok_or_else(|| format!("{digits:?} is not an octal permission mode such as \"0644\""))
@@ -418,8 +428,7 @@ impl FleetFile {
                 return Err(Error::invalid_spec(
                     "provider.kind",
                     format!(
-                        "{} is not wired into this build of machines; it drives the simulator (kind: sim). The library's {} provider works: see the crate README for what wiring it takes",
-                        other.as_str(),
+                        "{} is not wired into this build of machines, which drives the simulator (kind: sim); the crate README says what wiring another provider takes",
                         other.as_str()
                     ),
                 ));
@@ -581,4 +590,128 @@ fn step_field(e: Error) -> Error {
         _ => field,
     };
     Error::invalid_spec(field, e.message().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "s3cr3t-0f-the-fleet";
+
+    fn read(yaml: &str) -> Result<FleetFile> {
+        FleetFile::from_yaml(yaml, Path::new("/srv/fleets/web.yaml"))
+    }
+
+    #[test]
+    fn the_example_reads_with_the_simulator_beside_it() {
+        let text = include_str!("../fleets/web.yaml");
+        let f = FleetFile::from_yaml(text, Path::new("fleets/web.yaml")).unwrap();
+        let ProviderSettings::Sim(sim) = &f.provider;
+        assert_eq!(sim.state, Path::new("fleets/web.sim-state.json"));
+        assert_eq!(sim.boot_latency, Duration::from_millis(800));
+        assert_eq!(
+            f.layers
+                .iter()
+                .map(|l| (l.name.as_str(), l.mode))
+                .collect::<Vec<_>>(),
+            [("base", LayerMode::Coupled), ("app", LayerMode::Decoupled)]
+        );
+        assert_eq!(f.set.replicas, 3);
+    }
+
+    #[test]
+    fn without_a_provider_it_is_the_simulator_with_its_defaults() {
+        let f = read("set: {name: web, replicas: 1, template: {name: web}}\n").unwrap();
+        let ProviderSettings::Sim(sim) = &f.provider;
+        assert_eq!(sim.state, Path::new("/srv/fleets/web.sim-state.json"));
+        assert_eq!(sim.owner, "machines");
+        assert_eq!(f.settings.poll_interval, Duration::from_millis(200));
+        assert_eq!(f.completion, Completion::Sentinel);
+    }
+
+    #[test]
+    fn file_modes_are_octal_however_written() {
+        for (written, bits) in [
+            ("\"0755\"", 0o755),
+            ("\"640\"", 0o640),
+            ("\"0o600\"", 0o600),
+            ("0644", 0o644),
+            ("750", 0o750),
+            ("0o640", 0o640),
+        ] {
+            let yaml = format!(
+                "layers:\n  - name: app\n    steps:\n      - writeFile: {{path: /x, content: y, mode: {written}}}\nset: {{name: web, replicas: 1, template: {{name: web}}}}\n"
+            );
+            let f = read(&yaml).unwrap_or_else(|e| panic!("{written}: {e}"));
+            assert_eq!(f.layers.len(), 1, "{written}");
+            let coupled = f.layers[0].coupled.as_ref().unwrap();
+            let spec = machine_core::MachineSpec::new(machine_core::MachineName::new("m").unwrap());
+            let script =
+                String::from_utf8(coupled.user_data_parts(&spec).unwrap()[0].content.clone())
+                    .unwrap();
+            assert!(
+                script.contains(&format!("chmod {bits:o} ")),
+                "{written}: {script}"
+            );
+        }
+        for bad in ["\"0789\"", "9", "\"rw-r--r--\"", "017777"] {
+            let e = read(&format!("layers:\n  - name: app\n    steps:\n      - writeFile: {{path: /x, content: y, mode: {bad}}}\nset: {{name: web, replicas: 1, template: {{name: web}}}}\n")).unwrap_err();
+            assert_eq!(
+                e.field(),
+                Some("layers[0].steps[0].writeFile.mode"),
+                "{bad}: {e}"
+            );
+            assert!(e.to_string().contains("line 4"), "{e}");
+            assert!(e.to_string().contains("\"0644\""), "{e}");
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_content_and_errors_do_not_quote_secrets() {
+        let yaml = format!(
+            "layers:
+  - name: base
+    cloudConfig:
+      write_files:
+        - {{path: /etc/token, content: {SECRET}}}
+  - name: app
+    mode: decoupled
+    steps:
+      - writeFile: {{path: /etc/app-token, content: {SECRET}}}
+set: {{name: web, replicas: 1, template: {{name: web}}}}
+"
+        );
+        let f = read(&yaml).unwrap();
+        let shown = format!("{f:?} {:?} {:?}", f.provider, f.layers);
+        assert!(!shown.contains(SECRET), "{shown}");
+        assert!(shown.contains("base (coupled cloudConfig)"), "{shown}");
+
+        // A value of the wrong form in a field that may be secret is not quoted.
+        for bad in [
+            format!(
+                "layers:\n  - name: app\n    steps:\n      - writeFile: {{path: /x, content: [{SECRET}]}}\nset: {{name: web, replicas: 1, template: {{name: web}}}}\n"
+            ),
+            format!(
+                "layers:\n  - name: base\n    cloudConfig:\n      users: [{{name: ops, hashed_passwd: [{SECRET}]}}]\nset: {{name: web, replicas: 1, template: {{name: web}}}}\n"
+            ),
+        ] {
+            let e = read(&bad).unwrap_err();
+            assert!(!e.to_string().contains(SECRET), "{e}");
+            assert!(e.to_string().contains("line 4"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_layer_is_cloud_config_or_steps_and_cloud_config_is_coupled() {
+        let e =
+            read("layers:\n  - name: app\nset: {name: web, replicas: 1, template: {name: web}}\n")
+                .unwrap_err();
+        assert_eq!(e.field(), Some("layers[0]"));
+        assert!(e.to_string().contains("line 2"), "{e}");
+        let e = read("layers:\n  - name: base\n    mode: decoupled\n    cloudConfig: {packages: [a]}\nset: {name: web, replicas: 1, template: {name: web}}\n").unwrap_err();
+        assert_eq!(e.field(), Some("layers[0].mode"));
+        assert!(e.to_string().contains("line 3"), "{e}");
+        let e = read("layers:\n  - name: Base\n    steps: []\nset: {name: web, replicas: 1, template: {name: web}}\n").unwrap_err();
+        assert_eq!(e.field(), Some("layers[0].name"));
+    }
 }

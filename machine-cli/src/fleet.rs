@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use machine_core::fleet::{
     CREATED_LABEL, ChangeKind, FleetReconciled, FleetReconciler, MachineSet, SET_LABEL,
 };
-use machine_core::sim::{SimConfig, SimConnector, SimProvider};
+use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::{
     Completion, CompletionCheck, Composer, Connector, EventSink, Labels, Machine,
     MachineProvisioner, MachineSpec, Result, at_document_line, revision,
@@ -52,6 +52,22 @@ impl Fleet {
     /// composer and reconciler of `file` (whose text is `yaml`, for the lines of errors).
     /// `replicas` overrides the set's (`destroy` asks for zero).
     pub fn open(mut file: FleetFile, yaml: &str, replicas: Option<u32>) -> Result<Fleet> {
+        let has_coupled = file.layers.iter().any(|l| l.mode == LayerMode::Coupled);
+        let completion = file.completion.check().filter(|_| has_coupled);
+        // Checked on a throwaway cloud first: a file the composer refuses touches nothing
+        // (no state file, no lock).
+        {
+            let cloud = SimCloud::new();
+            let provider = Arc::new(SimProvider::new(cloud.clone(), SimConfig::default())?);
+            compose(
+                &file,
+                provider,
+                Arc::new(SimConnector::new(cloud)),
+                completion.clone(),
+                EventSink::default(),
+            )
+            .map_err(|e| at_document_line(cli_advice(e), yaml))?;
+        }
         let (provider, connector, sim): (Arc<dyn MachineProvisioner>, Arc<dyn Connector>, _) =
             match &file.provider {
                 ProviderSettings::Sim(s) => {
@@ -72,25 +88,15 @@ impl Fleet {
                     (provider, connector, Some(state))
                 }
             };
-        let has_coupled = file.layers.iter().any(|l| l.mode == LayerMode::Coupled);
-        let completion = file.completion.check().filter(|_| has_coupled);
         let events = EventSink::default();
-        let mut b = Composer::builder(provider.clone())
-            .settings(file.settings.clone())
-            .events(events.clone())
-            .connector(connector.clone());
-        for l in &file.layers {
-            if let Some(c) = &l.coupled {
-                b = b.coupled(c.clone());
-            }
-            if let Some(d) = &l.decoupled {
-                b = b.decoupled(d.clone());
-            }
-        }
-        if let Some(c) = &completion {
-            b = b.completion(c.clone());
-        }
-        let composer = b.build().map_err(|e| at_document_line(e, yaml))?;
+        let composer = compose(
+            &file,
+            provider.clone(),
+            connector.clone(),
+            completion.clone(),
+            events.clone(),
+        )
+        .map_err(|e| at_document_line(cli_advice(e), yaml))?;
         let stamps = stamps(&file, completion.as_deref())?;
         for (k, v) in &stamps {
             file.set.template.labels.insert(k.clone(), v.clone());
@@ -274,6 +280,44 @@ impl Fleet {
         }
         vec![c.reason.clone()]
     }
+}
+
+/// The composer of `file`'s layers over `provider`.
+fn compose(
+    file: &FleetFile,
+    provider: Arc<dyn MachineProvisioner>,
+    connector: Arc<dyn Connector>,
+    completion: Option<Arc<dyn CompletionCheck>>,
+    events: EventSink,
+) -> Result<Composer> {
+    let mut b = Composer::builder(provider)
+        .settings(file.settings.clone())
+        .events(events)
+        .connector(connector);
+    for l in &file.layers {
+        if let Some(c) = &l.coupled {
+            b = b.coupled(c.clone());
+        }
+        if let Some(d) = &l.decoupled {
+            b = b.decoupled(d.clone());
+        }
+    }
+    if let Some(c) = completion {
+        b = b.completion(c);
+    }
+    b.build()
+}
+
+/// The composer speaks to programmers (`add .completion(...)`); the file's reader
+/// writes `completion:`.
+fn cli_advice(e: machine_core::Error) -> machine_core::Error {
+    if e.field() == Some("completion") && e.message().contains("need a completion check") {
+        return machine_core::Error::invalid_spec(
+            "completion",
+            "coupled and decoupled layers together need a completion check, so that the decoupled layers start after the user data finished: set completion to sentinel (the default) or cloudInitStatus",
+        );
+    }
+    e
 }
 
 /// The slot and generation of a member's name (`<set>-<slot>-<generation>`).

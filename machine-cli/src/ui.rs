@@ -99,7 +99,12 @@ impl Ui {
                     bar.enable_steady_tick(Duration::from_millis(120));
                     bar
                 });
-                bar.set_message(format!("{}: {}", e.phase, e.message));
+                let phase = e.phase.to_string().to_lowercase();
+                if e.message.to_lowercase() == format!("phase {phase}") {
+                    bar.set_message(phase);
+                } else {
+                    bar.set_message(format!("{phase}: {}", e.message));
+                }
             }
             for bar in bars.into_values() {
                 bar.finish_and_clear();
