@@ -456,10 +456,17 @@ fn finish(
 #[test]
 fn ctrl_c_stops_an_apply_between_steps_and_a_rerun_carries_on() {
     let d = Dir::new();
+    // Slow boots while an apply is to be interrupted, so that it is still running when
+    // the signal comes on a loaded machine; fast ones for the reruns. The provider's
+    // latencies are not part of what machines are made from: nothing is replaced.
     let mut f = Fleet {
         replicas: 4,
-        boot_latency: "1500ms",
+        boot_latency: "3s",
         ..Fleet::default()
+    };
+    let fast = |f: &Fleet| Fleet {
+        boot_latency: "100ms",
+        ..f.clone()
     };
     d.write(&f.yaml());
 
@@ -484,6 +491,7 @@ fn ctrl_c_stops_an_apply_between_steps_and_a_rerun_carries_on() {
     assert!(d.state().exists(), "the state was not saved");
     // Machines still booting are work an apply has to finish.
     d.expect(&["plan"], 2);
+    d.write(&fast(&f).yaml());
     d.expect(&["apply"], 0);
     let status = d.expect(&["status", "-o", "json"], 0).json();
     assert_eq!(status["converged"], true, "{status}");
@@ -497,6 +505,7 @@ fn ctrl_c_stops_an_apply_between_steps_and_a_rerun_carries_on() {
     // A coupled rollout, interrupted after its first replacement was started.
     f.motd = "Second base.";
     d.write(&f.yaml());
+    d.expect(&["plan"], 2);
     let (child, rx) = spawn_apply(&d);
     let mut seen = Vec::new();
     wait_for(&rx, "create web-", &mut seen);
@@ -507,6 +516,7 @@ fn ctrl_c_stops_an_apply_between_steps_and_a_rerun_carries_on() {
         plan["summary"]["replace"].as_u64().unwrap() >= 1,
         "the rest of the rollout is still planned: {plan}"
     );
+    d.write(&fast(&f).yaml());
     d.expect(&["apply"], 0);
     let status = d.expect(&["status", "-o", "json"], 0).json();
     let names: Vec<String> = machines(&status).into_iter().map(|(n, _)| n).collect();
