@@ -363,18 +363,94 @@ enum Ending {
     Interrupted,
 }
 
+/// What an `apply` or `destroy` did, for `--output json`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RunDoc<'a> {
+    command: &'a str,
+    /// `converged`, `paused`, `timedOut`, `interrupted`.
+    outcome: &'static str,
+    exit_code: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    elapsed_seconds: f64,
+    /// The reconciler's decisions, in order, with their reasons.
+    decisions: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'a machine_core::fleet::FleetStatus>,
+}
+
+/// Says how a run ended (a sentence, or a JSON document) and gives its exit code.
+fn report(
+    ui: &Ui,
+    output: Output,
+    command: &str,
+    started: Instant,
+    ending: &Ending,
+    decisions: &[String],
+    done: String,
+) -> Exit {
+    let (outcome, exit, reason) = match ending {
+        Ending::Converged(_) => ("converged", Exit::Ok, None),
+        Ending::Paused(why) => ("paused", Exit::Stopped, Some(why.clone())),
+        Ending::TimedOut => (
+            "timedOut",
+            Exit::Stopped,
+            Some("not converged within the timeout".to_owned()),
+        ),
+        Ending::Interrupted => ("interrupted", Exit::Interrupted, Some("Ctrl-C".to_owned())),
+    };
+    if output == Output::Json {
+        print_json(&RunDoc {
+            command,
+            outcome,
+            exit_code: exit as i32,
+            reason,
+            elapsed_seconds: started.elapsed().as_secs_f64(),
+            decisions,
+            status: match ending {
+                Ending::Converged(step) => Some(&step.status),
+                _ => None,
+            },
+        });
+        return exit;
+    }
+    match ending {
+        Ending::Converged(_) => ui.line(done),
+        Ending::Paused(why) => {
+            ui.line(format!("\nStopped: {why}"));
+            ui.line(format!(
+                "Fix the file (or the machine), then run `machines {command}` again."
+            ));
+        }
+        Ending::TimedOut => ui.line(format!(
+            "\nStopped: not converged within the timeout; `machines {command}` again carries on."
+        )),
+        Ending::Interrupted => ui.line(format!(
+            "\nStopped between steps (Ctrl-C); everything done so far is kept. Run `machines {command}` again to carry on."
+        )),
+    }
+    exit
+}
+
 /// `apply`: steps the fleet reconciler to convergence, saving after every step.
-pub async fn apply(fleet: &Fleet, ui: &Ui, stop: &Stop, timeout: Duration) -> Result<Exit> {
+pub async fn apply(
+    fleet: &Fleet,
+    ui: &Ui,
+    stop: &Stop,
+    timeout: Duration,
+    output: Output,
+) -> Result<Exit> {
     let started = Instant::now();
     let seen = fleet.inspect().await?;
     ui.line(plan_text(fleet, &seen).trim_end());
-    if seen.converged() {
-        return Ok(Exit::Ok);
-    }
-    ui.line("");
+    let mut decisions = Vec::new();
     let replicas = u64::from(fleet.reconciler.set().replicas);
+    // Driven even when the plan shows nothing to do: a new process's reconciler steps
+    // each machine once (reads only, on a converged fleet) and then knows the status.
+    ui.line("");
     let bar = ui.rollout("rollout", replicas);
-    let ending = drive(fleet, ui, stop, timeout, true, |step| {
+    let ending = drive(fleet, ui, stop, timeout, true, &mut decisions, |step| {
         bar.set_position(u64::from(step.status.updated).min(replicas));
         bar.set_message(format!(
             "{} ready, {} available, {} up to date",
@@ -383,49 +459,30 @@ pub async fn apply(fleet: &Fleet, ui: &Ui, stop: &Stop, timeout: Duration) -> Re
     })
     .await?;
     bar.finish_and_clear();
-    Ok(match ending {
-        Ending::Converged(step) => {
-            ui.line(format!(
-                "\nApply complete: {} of {} machines ready and up to date (revision {}) in {:.1} s.",
-                step.status.updated,
-                replicas,
-                short_revision(&step.status.observed_revision),
-                started.elapsed().as_secs_f64()
-            ));
-            Exit::Ok
-        }
-        other => ended_short(ui, other, "apply"),
-    })
-}
-
-fn ended_short(ui: &Ui, ending: Ending, command: &str) -> Exit {
-    match ending {
-        Ending::Converged(_) => Exit::Ok,
-        Ending::Paused(why) => {
-            ui.line(format!("\nStopped: {why}"));
-            ui.line(format!(
-                "Fix the file (or the machine), then run `machines {command}` again."
-            ));
-            Exit::Stopped
-        }
-        Ending::TimedOut => {
-            ui.line(format!(
-                "\nStopped: not converged within the timeout; `machines {command}` again carries on."
-            ));
-            Exit::Stopped
-        }
-        Ending::Interrupted => {
-            ui.line(format!(
-                "\nStopped between steps (Ctrl-C); everything done so far is kept. Run `machines {command}` again to carry on."
-            ));
-            Exit::Interrupted
-        }
-    }
+    let done = match &ending {
+        Ending::Converged(step) => format!(
+            "\nApply complete: {} of {} machines ready and up to date (revision {}) in {:.1} s.",
+            step.status.updated,
+            replicas,
+            short_revision(&step.status.observed_revision),
+            started.elapsed().as_secs_f64()
+        ),
+        _ => String::new(),
+    };
+    Ok(report(
+        ui, output, "apply", started, &ending, &decisions, done,
+    ))
 }
 
 /// `destroy`: scales the set to zero through the reconciler, then waits until the
 /// provider lists none of its machines.
-pub async fn destroy(fleet: &Fleet, ui: &Ui, stop: &Stop, timeout: Duration) -> Result<Exit> {
+pub async fn destroy(
+    fleet: &Fleet,
+    ui: &Ui,
+    stop: &Stop,
+    timeout: Duration,
+    output: Output,
+) -> Result<Exit> {
     let started = Instant::now();
     let before = fleet.machines().await?;
     let live = before.iter().filter(|m| !m.phase.is_deleting()).count() as u64;
@@ -435,50 +492,50 @@ pub async fn destroy(fleet: &Fleet, ui: &Ui, stop: &Stop, timeout: Duration) -> 
         fleet.place()
     ));
     let bar = ui.rollout("destroy", live);
+    let mut decisions = Vec::new();
     // A paused rollout or remediation does not hold deletions back: not a reason to stop.
-    let ending = drive(fleet, ui, stop, timeout, false, |step| {
+    let mut ending = drive(fleet, ui, stop, timeout, false, &mut decisions, |step| {
         bar.set_position(live.saturating_sub(u64::from(step.status.replicas)));
     })
     .await?;
-    if !matches!(ending, Ending::Converged(_)) {
-        bar.finish_and_clear();
-        return Ok(ended_short(ui, ending, "destroy"));
-    }
     // Deleted is when the provider no longer lists them, not when deletes were asked.
     let poll = fleet.reconciler.composer().settings().poll_interval;
-    loop {
+    while matches!(ending, Ending::Converged(_)) {
         let left = fleet.machines().await?;
         if left.is_empty() {
             break;
         }
         if stop.requested() {
-            fleet.save()?;
-            bar.finish_and_clear();
-            return Ok(ended_short(ui, Ending::Interrupted, "destroy"));
-        }
-        if started.elapsed() > timeout {
-            fleet.save()?;
-            bar.finish_and_clear();
-            return Ok(ended_short(ui, Ending::TimedOut, "destroy"));
-        }
-        bar.set_message(format!("{} still being deleted", left.len()));
-        tokio::select! {
-            _ = tokio::time::sleep(poll) => {}
-            _ = stop.pressed(1) => {}
+            ending = Ending::Interrupted;
+        } else if started.elapsed() > timeout {
+            ending = Ending::TimedOut;
+        } else {
+            bar.set_message(format!("{} still being deleted", left.len()));
+            tokio::select! {
+                _ = tokio::time::sleep(poll) => {}
+                _ = stop.pressed(1) => {}
+            }
         }
     }
     bar.finish_and_clear();
-    let removed = fleet.forget_if_empty()?;
-    ui.line(format!(
-        "\nDestroy complete: {live} machines deleted, none left{} in {:.1} s.",
-        if removed {
-            " (the simulator's state file is removed)"
-        } else {
-            ""
-        },
-        started.elapsed().as_secs_f64()
-    ));
-    Ok(Exit::Ok)
+    let mut done = String::new();
+    if matches!(ending, Ending::Converged(_)) {
+        let removed = fleet.forget_if_empty()?;
+        done = format!(
+            "\nDestroy complete: {live} machines deleted, none left{} in {:.1} s.",
+            if removed {
+                " (the simulator's state file is removed)"
+            } else {
+                ""
+            },
+            started.elapsed().as_secs_f64()
+        );
+    } else {
+        fleet.save()?;
+    }
+    Ok(report(
+        ui, output, "destroy", started, &ending, &decisions, done,
+    ))
 }
 
 /// Steps the reconciler until the fleet converges, a rollout or remediation pauses
@@ -489,6 +546,7 @@ async fn drive(
     stop: &Stop,
     timeout: Duration,
     pauses: bool,
+    decisions: &mut Vec<String>,
     mut progress: impl FnMut(&FleetReconciled),
 ) -> Result<Ending> {
     let started = Instant::now();
@@ -519,6 +577,8 @@ async fn drive(
             for d in &step.decisions {
                 ui.line(format!("  {d}"));
             }
+            decisions.extend(step.decisions.iter().cloned());
+            ui.flush();
             progress(&step);
             let status = &step.status;
             let is = |kind: &str| status.condition(kind).is_some_and(|c| c.status);
@@ -549,5 +609,6 @@ async fn drive(
     fleet.save()?;
     follow_stop.cancel();
     let _ = follower.await;
+    ui.flush();
     result
 }

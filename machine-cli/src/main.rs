@@ -25,7 +25,7 @@ struct Cli {
         default_value = "fleet.yaml"
     )]
     file: PathBuf,
-    /// Output: text for people, json for programs (plan, status).
+    /// Output: text for people, or one JSON document for programs.
     #[arg(short, long, global = true, value_enum, default_value_t = Output::Text)]
     output: Output,
     /// No progress bars, even on a terminal.
@@ -106,10 +106,10 @@ async fn run(cli: Cli) -> Exit {
             Command::Plan => commands::plan(&fleet, cli.output).await,
             Command::Status => commands::status(&fleet, cli.output).await,
             Command::Apply { timeout } => {
-                commands::apply(&fleet, &ui, &stop, Duration::from(timeout)).await
+                commands::apply(&fleet, &ui, &stop, Duration::from(timeout), cli.output).await
             }
             Command::Destroy { timeout } => {
-                commands::destroy(&fleet, &ui, &stop, Duration::from(timeout)).await
+                commands::destroy(&fleet, &ui, &stop, Duration::from(timeout), cli.output).await
             }
         }
     }

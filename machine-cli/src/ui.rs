@@ -1,7 +1,8 @@
 //! Progress bars (indicatif, on stderr, only on a terminal) and lines (stdout), and
 //! Ctrl-C.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -14,6 +15,8 @@ pub struct Ui {
     multi: MultiProgress,
     /// Lines at all (`--output json` keeps stdout for the document).
     lines: bool,
+    /// Lines about machines, held until the step that changed them has said so.
+    held: Arc<Mutex<Vec<String>>>,
 }
 
 impl Ui {
@@ -27,6 +30,7 @@ impl Ui {
         Ui {
             multi: MultiProgress::with_draw_target(target),
             lines,
+            held: Arc::default(),
         }
     }
 
@@ -34,6 +38,14 @@ impl Ui {
     pub fn line(&self, text: impl AsRef<str>) {
         if self.lines {
             self.multi.suspend(|| println!("{}", text.as_ref()));
+        }
+    }
+
+    /// Prints the lines held back by [`Ui::follow`].
+    pub fn flush(&self) {
+        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
+        for line in held {
+            self.line(line);
         }
     }
 
@@ -50,7 +62,8 @@ impl Ui {
     }
 
     /// Shows a bar per machine while it changes, from the composer's events, until
-    /// `stop` is cancelled; a line when one ends (ready, deleted, failed).
+    /// `stop` is cancelled; a line when one that changed ends (ready, failed), held for
+    /// [`Ui::flush`].
     pub fn follow(
         &self,
         events: &EventSink,
@@ -62,6 +75,9 @@ impl Ui {
             let style = ProgressStyle::with_template("  {spinner} {prefix:<20} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner());
             let mut bars: HashMap<String, ProgressBar> = HashMap::new();
+            // Machines that were made or had a layer applied: their Ready is news; a
+            // first look at a machine that already was Ready ("phase ..." only) is not.
+            let mut changed: HashSet<String> = HashSet::new();
             loop {
                 let event = tokio::select! {
                     _ = stop.cancelled() => break,
@@ -79,17 +95,20 @@ impl Ui {
                     Phase::Ready | Phase::Deleting | Phase::Deleted | Phase::Failed
                 );
                 if ended {
-                    // A machine seen only as it already was (a first look) is no news.
-                    let changed = bars.remove(&name).inspect(|bar| {
+                    if let Some(bar) = bars.remove(&name) {
                         bar.finish_and_clear();
-                        ui.multi.remove(bar);
-                    });
+                        ui.multi.remove(&bar);
+                    }
                     let word = match e.phase {
-                        Phase::Ready if changed.is_some() => "ready".to_owned(),
+                        Phase::Ready if changed.remove(&name) => "ready".to_owned(),
                         Phase::Failed => format!("failed: {}", e.message),
                         _ => continue,
                     };
-                    ui.line(format!("  {name}: {word}"));
+                    // Printed after the step's decisions (`flush`), which come at its end.
+                    ui.held
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(format!("  {name}: {word}"));
                     continue;
                 }
                 let bar = bars.entry(name.clone()).or_insert_with(|| {
@@ -100,6 +119,9 @@ impl Ui {
                     bar
                 });
                 let phase = e.phase.to_string().to_lowercase();
+                if !e.message.starts_with("phase ") {
+                    changed.insert(name.clone());
+                }
                 if e.message.to_lowercase() == format!("phase {phase}") {
                     bar.set_message(phase);
                 } else {

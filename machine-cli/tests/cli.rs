@@ -372,7 +372,23 @@ fn plan_apply_in_place_replace_scale_and_destroy_across_runs() {
         .filter(|(_, a, r)| a == "delete" && r == "scale down to 2")
         .collect();
     assert_eq!(deletes.len(), 2, "{plan}");
-    d.expect(&["apply"], 0);
+    let apply = d.expect(&["apply", "-o", "json"], 0).json();
+    assert_eq!(apply["outcome"], "converged", "{apply}");
+    let decided: Vec<&str> = apply["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        decided
+            .iter()
+            .filter(|d| d.starts_with("delete web-") && d.ends_with(": scale down to 2"))
+            .count(),
+        2,
+        "{apply}"
+    );
+    assert_eq!(apply["status"]["available"], 2, "{apply}");
     d.expect(&["plan"], 0);
 
     // Destroy: nothing left, not even the state file.
