@@ -724,3 +724,31 @@ fn the_example_fleet_file_plans() {
     let plan = d.expect(&["plan"], 2);
     line_with(&plan.stdout, &["Plan: 3 to create"]);
 }
+
+#[test]
+fn an_apply_killed_outright_is_carried_on_by_the_next() {
+    let d = Dir::new();
+    let f = Fleet {
+        replicas: 3,
+        boot_latency: "3s",
+        ..Fleet::default()
+    };
+    d.write(&f.yaml());
+    let (mut child, rx) = spawn_apply(&d);
+    let mut seen = Vec::new();
+    wait_for(&rx, "create web-", &mut seen);
+    child.kill().unwrap(); // SIGKILL: no handler runs, the lock goes with the process
+    child.wait().unwrap();
+    d.write(
+        &Fleet {
+            boot_latency: "100ms",
+            ..f
+        }
+        .yaml(),
+    );
+    d.expect(&["apply"], 0);
+    let status = d.expect(&["status", "-o", "json"], 0).json();
+    let names: Vec<String> = machines(&status).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["web-0-0", "web-1-0", "web-2-0"], "{status}");
+    assert_eq!(status["converged"], true, "{status}");
+}
