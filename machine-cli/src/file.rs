@@ -42,6 +42,9 @@ pub struct FleetFile {
     pub layers: Vec<FleetLayer>,
     /// The desired state.
     pub set: MachineSet,
+    /// The text it was read from, to place the errors found later (it may hold secrets:
+    /// never shown).
+    pub(crate) text: String,
 }
 
 impl fmt::Debug for FleetFile {
@@ -468,6 +471,7 @@ impl FleetFile {
             completion: doc.completion,
             layers,
             set,
+            text: yaml.to_owned(),
         })
     }
 }

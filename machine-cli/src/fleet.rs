@@ -49,9 +49,11 @@ impl std::fmt::Debug for Fleet {
 
 impl Fleet {
     /// Opens the provider (locking and loading the simulator's state) and builds the
-    /// composer and reconciler of `file` (whose text is `yaml`, for the lines of errors).
-    /// `replicas` overrides the set's (`destroy` asks for zero).
-    pub fn open(mut file: FleetFile, yaml: &str, replicas: Option<u32>) -> Result<Fleet> {
+    /// composer and reconciler of `file`; errors name the field and line. `replicas`
+    /// overrides the set's (`destroy` asks for zero).
+    pub fn open(mut file: FleetFile, replicas: Option<u32>) -> Result<Fleet> {
+        let yaml = std::mem::take(&mut file.text);
+        let yaml = yaml.as_str();
         let has_coupled = file.layers.iter().any(|l| l.mode == LayerMode::Coupled);
         let completion = file.completion.check().filter(|_| has_coupled);
         // Checked on a throwaway cloud first: a file the composer refuses touches nothing

@@ -93,22 +93,22 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Exit {
     let json = cli.output == Output::Json;
     let ui = Ui::new(!cli.no_progress && !json, !json);
-    // Caught before anything changes, so that a Ctrl-C always stops between steps.
-    let stop = Stop::install(ui.clone());
     let path = cli.file.clone();
     let result = async {
-        let yaml = std::fs::read_to_string(&path).ok();
         let file = FleetFile::read(&path)?;
-        let yaml = yaml.unwrap_or_default();
         let replicas = matches!(cli.command, Command::Destroy { .. }).then_some(0);
-        let fleet = Fleet::open(file, &yaml, replicas)?;
+        let fleet = Fleet::open(file, replicas)?;
         match cli.command {
             Command::Plan => commands::plan(&fleet, cli.output).await,
             Command::Status => commands::status(&fleet, cli.output).await,
+            // Ctrl-C is caught only where it must stop between steps; plan and status
+            // end at once, as a reader should.
             Command::Apply { timeout } => {
+                let stop = Stop::install(ui.clone());
                 commands::apply(&fleet, &ui, &stop, Duration::from(timeout), cli.output).await
             }
             Command::Destroy { timeout } => {
+                let stop = Stop::install(ui.clone());
                 commands::destroy(&fleet, &ui, &stop, Duration::from(timeout), cli.output).await
             }
         }
