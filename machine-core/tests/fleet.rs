@@ -623,3 +623,84 @@ async fn a_new_process_does_not_take_machines_it_has_not_looked_at_for_broken() 
     }
     assert!(converged, "{:?}", f.machines().await);
 }
+
+/// A fleet whose machines take `boot` to boot.
+fn slow_fleet(boot: Duration) -> Fleet {
+    let cloud = SimCloud::new();
+    let config = SimConfig::default().with_boot_latency(boot);
+    let provider = Arc::new(SimProvider::new(cloud.clone(), config).unwrap());
+    Fleet { cloud, provider }
+}
+
+/// Running machines of the set that are not being deleted: what can serve.
+async fn serving(f: &Fleet) -> usize {
+    f.machines()
+        .await
+        .iter()
+        .filter(|m| m.phase.is_running())
+        .count()
+}
+
+#[tokio::test]
+async fn a_new_process_replaces_within_the_budget_machines_it_has_not_looked_at_yet() {
+    // Every run of a CLI is a new process: machines it has not stepped yet are running
+    // and may be serving; replacing them all at once "at no cost" would empty the fleet.
+    let f = slow_fleet(Duration::from_millis(50));
+    let rollout = Rollout::default()
+        .with_max_surge(IntOrPercent::Int(1))
+        .with_max_unavailable(IntOrPercent::Int(0));
+    let first = FleetReconciler::new(f.composer("b1", "a1"), set(4).with_rollout(rollout)).unwrap();
+    converge(&first, 200, |_| {}).await;
+    drop(first);
+    assert_eq!(serving(&f).await, 4);
+
+    let fresh = FleetReconciler::new(f.composer("b2", "a1"), set(4).with_rollout(rollout)).unwrap();
+    for _ in 0..400 {
+        let done = fresh.reconcile().await.unwrap();
+        let now = serving(&f).await;
+        assert!(
+            now >= 4,
+            "{now} machines serving, below replicas - maxUnavailable: {:?}",
+            done.decisions
+        );
+        if !done
+            .status
+            .condition(conditions::PROGRESSING)
+            .unwrap()
+            .status
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let after = f.machines().await;
+    assert!(
+        after.iter().all(|m| m.name.as_str().ends_with("-1")),
+        "every machine replaced: {:?}",
+        after.iter().map(|m| m.name.as_str()).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_new_process_does_not_take_running_machines_older_than_the_startup_timeout_for_unhealthy()
+{
+    let f = Fleet::new();
+    let health = HealthCheck::default().with_startup_timeout(Duration::from_millis(100));
+    let first =
+        FleetReconciler::new(f.composer("b1", "a1"), set(3).with_health(health.clone())).unwrap();
+    converge(&first, 20, |_| {}).await;
+    drop(first);
+    // Older than the startup timeout (creation times are in whole seconds).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let fresh = FleetReconciler::new(f.composer("b1", "a1"), set(3).with_health(health)).unwrap();
+    for _ in 0..5 {
+        let done = fresh.reconcile().await.unwrap();
+        assert!(
+            done.decisions.is_empty(),
+            "a steady fleet changed: {:?}",
+            done.decisions
+        );
+        assert_eq!(done.status.unhealthy, 0);
+    }
+}

@@ -16,9 +16,13 @@
 //! Power operations are all supported: a stop makes the machine [`Phase::Stopped`] at
 //! once (connections refused), a start or reboot boots it again within the boot latency,
 //! keeping its files.
+//!
+//! A cloud lives in memory; [`SimCloud::snapshot`] and [`SimCloud::restore`] carry it
+//! from one process to the next (the `machines` CLI keeps it in a state file).
 
 mod host;
 mod mime;
+mod snapshot;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -32,6 +36,7 @@ use async_trait::async_trait;
 
 use host::HostCell;
 pub use host::{SimConnector, SimFile, SimHost, SimTransport};
+pub use snapshot::SimSnapshot;
 
 use crate::capabilities::{Capabilities, PowerOp, PowerOperations, SizeBasis, UserDataDelivery};
 use crate::conformance::{BackendFault, FaultHook};
