@@ -228,8 +228,8 @@ async fn one_recipe_layer_coupled_and_decoupled_leaves_identical_machines_and_a_
         "one update and one install:\n{state_b}"
     );
 
-    // A second decoupled run: skipped by the state file; then, with the state file
-    // gone, every step runs again and its guard must hold.
+    // A second decoupled run: skipped by the layer's digest file; then, with the digest
+    // and the state file gone, every step runs again and its guard must hold.
     let again = decoupled.provision(&b, &cancel).await.unwrap();
     assert_eq!(again.machine.phase, Phase::Ready);
     assert_eq!(
@@ -238,7 +238,9 @@ async fn one_recipe_layer_coupled_and_decoupled_leaves_identical_machines_and_a_
         "the rerun changed the machine"
     );
     let state_file = layer.decoupled().unwrap().state_path();
-    key.run(&mb, &format!("rm {state_file}")).await;
+    let digest_file = machine_core::revision::layer_digest_path(layer.name());
+    key.run(&mb, &format!("rm {state_file} {digest_file}"))
+        .await;
     let again = decoupled.provision(&b, &cancel).await.unwrap();
     assert_eq!(again.machine.phase, Phase::Ready);
     key.run(&mb, &format!("test -s {state_file}")).await;
