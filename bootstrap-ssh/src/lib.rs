@@ -40,6 +40,12 @@
 //!   prints, and a full disk fails the log, never the command), `<key>.rc` (its exit
 //!   status, written over a placeholder) and `<key>.st` (the end, an empty file: a disk
 //!   the logs filled cannot lose the outcome).
+//! - **Secrets**: the request's secret environment values reach the command over
+//!   stdin, never its command line; whatever the command prints of them (each value,
+//!   and each line of a multi-line one) is masked (`***`, machine-core's
+//!   [`machine_core::ExecRequest::mask_output`]) before the output is returned,
+//!   logged or quoted in an error. The machine keeps the longest value's length more
+//!   than `max_output`, so a value the bound cuts is masked whole, never shown in part.
 //! - **A cut connection** leaves the command running (its input is /dev/null, its
 //!   output goes to the logs, never to the session). The records stay until a client
 //!   has read the outcome: the next run of the same key (the composer's and the

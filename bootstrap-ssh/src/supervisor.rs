@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::client::{ClientHandler, humantime_secs};
 use crate::errors::{connection_lost, ssh_error};
-use crate::exec::{LineLog, Tail, label};
+use crate::exec::{Masker, Tail, label, log_output, masked_tails};
 use crate::text::{escape_controls, shown};
 
 /// Scripts without their comment lines: they go on the command line every time.
@@ -33,6 +33,10 @@ const TRAILER_ROOM: usize = 1024;
 
 /// The most output the machine is asked to keep per stream (`tail -c` takes it whole).
 const MAX_KEPT: usize = 1 << 40;
+
+/// How long a finished run's records may take to go before the client returns anyway
+/// (they go on their own; only a rerun started at once could still find them).
+const CLEANUP_WAIT: Duration = Duration::from_secs(5);
 
 /// Where and under which name one command runs on the machine.
 pub(crate) struct Supervision {
@@ -134,7 +138,14 @@ pub(crate) async fn run(
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let keep = req.max_output.saturating_add(1).min(MAX_KEPT);
+    let mask = Masker::new(req);
+    // One byte over the bound tells a cut; the secrets' length more keeps a secret that
+    // crosses the cut whole until it is masked.
+    let keep = req
+        .max_output
+        .saturating_add(mask.slack)
+        .saturating_add(1)
+        .min(MAX_KEPT);
     let sudo = if req.sudo { "sudo -n " } else { "" };
     let mut line = format!(
         "{sudo}sh -c {} bssh {} {} {keep} {token} {now} {}",
@@ -176,21 +187,17 @@ pub(crate) async fn run(
         let mut window = Tail::new(TRAILER_ROOM);
         let mut out_window = Tail::new(TRAILER_ROOM);
         let out_mark = format!("\n{token} out\n");
-        let mut out_log = LineLog::new("stdout", Some(token.clone()));
-        let mut err_log = LineLog::new("stderr", Some(token.clone()));
         let mut exit = None;
         let mut eof = false;
         let (mut out_done, mut err_done) = (false, false);
         while let Some(msg) = reader.wait().await {
             match msg {
                 ChannelMsg::Data { data } => {
-                    out_log.push(peer, &data);
                     out.push(&data);
                     out_window.push(&data);
                     out_done = out_window.ends_with(out_mark.as_bytes());
                 }
                 ChannelMsg::ExtendedData { data, ext: 1 } => {
-                    err_log.push(peer, &data);
                     err.push(&data);
                     window.push(&data);
                     err_done = window.ends_with(b"\n") && window.contains(token.as_bytes());
@@ -214,12 +221,11 @@ pub(crate) async fn run(
                 break;
             }
         }
-        out_log.finish(peer);
-        err_log.finish(peer);
         let window = window.into_vec();
         let Some((how, len)) = trailer(&window, &token) else {
             if eof || exit.is_some() {
-                let stderr = err.into_vec();
+                // Its last words, masked: the supervisor may have replayed the output.
+                let stderr = mask.tail(err.into_vec(), TRAILER_ROOM);
                 return Err(Error::permanent(format!(
                     "{peer}: the supervisor of {} did not start (exit status {}): {}",
                     label(&req.command),
@@ -237,26 +243,35 @@ pub(crate) async fn run(
         match how {
             Trailer::Error(why) => Err(supervisor_error(peer, req, sup, &why)),
             Trailer::Exit { status, how } => {
-                // The client has it all: the records may go.
+                // The client has it all: the records may go. The supervisor ends once
+                // they are gone; waiting for that keeps the same command run again
+                // right after from taking this run's outcome as its own.
                 let _ = writer.data(&b"ok\n"[..]).await;
                 let _ = writer.eof().await;
+                let _ = tokio::time::timeout(CLEANUP_WAIT, async {
+                    while let Some(msg) = reader.wait().await {
+                        if matches!(msg, ChannelMsg::ExitStatus { .. } | ChannelMsg::Close) {
+                            break;
+                        }
+                    }
+                })
+                .await;
                 let mut out = out.into_vec();
                 let mut err = err.into_vec();
                 err.truncate(err.len().saturating_sub(len));
                 if out.ends_with(out_mark.as_bytes()) {
                     out.truncate(out.len() - out_mark.len());
                 }
-                let cut = out.len() > req.max_output || err.len() > req.max_output;
-                out.drain(..out.len().saturating_sub(req.max_output));
-                err.drain(..err.len().saturating_sub(req.max_output));
-                tracing::debug!(peer, command = %label(&req.command), status, how = %escape_controls(&how), stdout_bytes = out.len(), stderr_bytes = err.len(), "exec finished");
+                let output = masked_tails(&mask, Some(status), out, err, req.max_output);
+                log_output(peer, &output);
+                tracing::debug!(peer, command = %label(&req.command), status, how = %escape_controls(&how), stdout_bytes = output.stdout.len(), stderr_bytes = output.stderr.len(), "exec finished");
                 if how.contains("log-incomplete") {
                     tracing::warn!(peer, command = %label(&req.command), dir = %sup.dir, "the output log could not be written in full (is the run directory's filesystem full?)");
                 }
                 if let Some(why) = how.strip_prefix("rerun:") {
                     tracing::warn!(peer, command = %label(&req.command), "a previous run ended without an outcome ({}); it ran again", escape_controls(why.split(',').next().unwrap_or(why)));
                 }
-                Ok(ExecOutput::new(Some(status), out, err).with_truncated(cut))
+                Ok(output)
             }
         }
     };
@@ -265,7 +280,7 @@ pub(crate) async fn run(
         Some(limit) => match tokio::time::timeout(limit, collect).await {
             Ok(res) => res,
             Err(_) => {
-                let what = kill(handle, peer, sup, req.sudo).await;
+                let what = kill(handle, peer, sup, req.sudo, &mask).await;
                 let _ = writer.close().await;
                 Err(Error::timeout(format!(
                     "{peer}: command {} did not finish within {}; {what}",
@@ -297,7 +312,13 @@ const KILL_BUDGET: Duration = Duration::from_secs(20);
 
 /// Kills the run's process group from a new channel; says what happened, for the
 /// timeout error.
-async fn kill(handle: &Handle<ClientHandler>, peer: &str, sup: &Supervision, sudo: bool) -> String {
+async fn kill(
+    handle: &Handle<ClientHandler>,
+    peer: &str,
+    sup: &Supervision,
+    sudo: bool,
+    mask: &Masker,
+) -> String {
     let attempt = async {
         let sudo = if sudo { "sudo -n " } else { "" };
         let line = format!(
@@ -320,7 +341,8 @@ async fn kill(handle: &Handle<ClientHandler>, peer: &str, sup: &Supervision, sud
                 _ => {}
             }
         }
-        Some((shown(&out), shown(&err)))
+        // Process names are the machine's to choose: masked like output.
+        Some((shown(&mask.bytes(out)), shown(&mask.bytes(err))))
     };
     let report = match tokio::time::timeout(KILL_BUDGET, attempt).await {
         Ok(Some((out, err))) => describe_kill(out.trim(), err.trim()),
