@@ -322,7 +322,7 @@ async fn rsa_ecdsa_passphrase_and_in_memory_keys_authenticate() {
     assert_eq!(e.field(), Some("auth.key"), "{e}");
     let e = Auth::key_file(dir.path().join("missing"), None).unwrap_err();
     assert!(
-        e.field() == Some("auth.key") && e.to_string().contains("cannot read"),
+        e.field() == Some("auth.key") && e.to_string().contains("cannot be read"),
         "{e}"
     );
     std::fs::write(
