@@ -273,9 +273,10 @@ impl Sshd {
         }
     }
 
-    /// Waits until sshd listens; its log if it exited or did not listen within 10 s.
+    /// Waits until sshd listens; its log if it exited or did not listen within 60 s
+    /// (it takes milliseconds: generous for a slow, busy machine).
     fn ready(&mut self, netns: Option<&str>) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ok = match netns {
                 // Inside a namespace it may listen on the namespace's own loopback.
@@ -603,4 +604,43 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
         }
     }
     found
+}
+
+/// A TCP forwarder on a free loopback port in front of `port`, counting the
+/// connections made through it: a test that a failure is not retried counts attempts
+/// instead of timing them. Its threads end with the test process.
+pub struct Counter {
+    pub port: u16,
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Counter {
+    pub fn start(port: u16) -> Counter {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let n = count.clone();
+        let me = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                n.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                    continue;
+                };
+                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    });
+                };
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Counter { port: me, count }
+    }
+
+    /// Connections made so far.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
 }
