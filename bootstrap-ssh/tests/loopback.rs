@@ -23,20 +23,27 @@ async fn exec_reports_status_output_and_secret_env() {
     let c = connect(&sshd).await;
     let out = c
         .exec(
-            &ExecRequest::new("printf 'a\\nb\\n'; echo \"token=$TOKEN\" >&2")
-                .env("TOKEN", SecretString::from("s3 cr'et")),
+            &ExecRequest::new(
+                "printf 'a\\nb\\n'; echo \"token=$TOKEN\" >&2; printf %s \"$TOKEN\" | sha256sum >&2",
+            )
+            .env("TOKEN", SecretString::from("s3 cr'et")),
         )
         .await
         .unwrap();
     assert_eq!(out.status, Some(0));
     assert_eq!(out.stdout, b"a\nb\n");
-    assert_eq!(out.stderr, b"token=s3 cr'et\n");
+    // The command got the value exactly (its digest); what it echoed of it is masked.
+    let digest = hex(&Sha256::digest(b"s3 cr'et"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("token=***\n{digest}  -\n")
+    );
     assert!(!out.truncated);
     // The secret is not on any command line on the machine while the command runs.
     let seen = sshd.dir.path().join("ps");
     let req = ExecRequest::new(format!("ps -eo args > {}; echo \"$TOKEN\"", seen.display()))
         .env("TOKEN", SecretString::from("hunter2-zz"));
-    assert_eq!(c.exec(&req).await.unwrap().stdout, b"hunter2-zz\n");
+    assert_eq!(c.exec(&req).await.unwrap().stdout, b"***\n");
     let ps = std::fs::read_to_string(&seen).unwrap();
     assert!(
         ps.contains("ps -eo args") && !ps.contains("hunter2"),
@@ -594,4 +601,8 @@ async fn absurd_durations_are_refused_naming_the_field_never_a_panic() {
         .wait_for(Arc::new(check), Duration::from_millis(10), huge);
     let report = runner.run_one(&m).await;
     assert_eq!(report.result.unwrap_err().field(), Some("deadline"));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

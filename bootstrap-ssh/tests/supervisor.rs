@@ -387,7 +387,7 @@ async fn the_supervisor_runs_on_busybox_sh_and_applets() {
     let out = c
         .exec(
             &ExecRequest::new(
-                "readlink -f \"$(command -v sh)\"; echo \"$TOKEN\"; echo oops >&2; exit 5",
+                "readlink -f \"$(command -v sh)\"; [ \"$TOKEN\" = \"s3 'cr' \\$(et)\" ] && echo got it; echo \"$TOKEN\"; echo oops >&2; exit 5",
             )
             .env("TOKEN", machine_core::SecretString::from("s3 'cr' $(et)")),
         )
@@ -396,7 +396,8 @@ async fn the_supervisor_runs_on_busybox_sh_and_applets() {
     assert_eq!(out.status, Some(5));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "/usr/bin/busybox\ns3 'cr' $(et)\n"
+        "/usr/bin/busybox\ngot it\n***\n",
+        "the command got the value; what it printed of it is masked"
     );
     assert_eq!(out.stderr, b"oops\n");
     let out = c
