@@ -540,14 +540,19 @@ impl TempUser {
     }
 
     /// Starts `script` as this user in the background; killed by PID on drop of the child.
-    pub fn spawn(&self, script: &str) -> Child {
-        Command::new("runuser")
+    /// Runs `script` as this user in a process group of its own, killed whole on drop:
+    /// killing `runuser` alone left its shell running (and spinning) after the test.
+    pub fn spawn(&self, script: &str) -> Group {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new("runuser")
             .args(["-u", &self.name, "--", "sh", "-c", script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
-            .unwrap()
+            .unwrap();
+        Group(child)
     }
 
     pub fn allow_sudo(&self) {
@@ -642,5 +647,17 @@ impl Counter {
     /// Connections made so far.
     pub fn count(&self) -> usize {
         self.count.load(Ordering::SeqCst)
+    }
+}
+
+/// A process group led by a child the test started: killed whole on drop.
+pub struct Group(pub Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.wait();
     }
 }
