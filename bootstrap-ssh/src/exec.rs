@@ -1,27 +1,11 @@
-//! Running one command on a channel: exit status, bounded output (the tail is kept),
-//! each line streamed into tracing, a timeout, and optional stdin. Uploads and reads
-//! run here directly; commands run under the supervisor (`supervisor.rs`), which uses
-//! the same bounded buffers and log.
+//! What comes back from a command: bounded tails of its output, its secrets masked,
+//! logged line by line; the supervisor (`supervisor.rs`) uses these for every request.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
-use machine_core::{Error, ExecOutput, ExecRequest, ExposeSecret, Result};
-use russh::ChannelMsg;
-use russh::client::Handle;
+use machine_core::{ExecOutput, ExecRequest, ExposeSecret};
 
-use crate::client::{ClientHandler, humantime_secs};
-use crate::errors::{connection_lost, ssh_error};
 use crate::text::shown;
-
-/// What to feed the command on standard input.
-#[derive(Clone, Copy)]
-pub(crate) enum Stdin<'a> {
-    /// Nothing: stdin is closed at once.
-    None,
-    /// These bytes, then end of file.
-    Bytes(&'a [u8]),
-}
 
 /// Lines longer than this are logged cut, so one huge line cannot grow the log buffer.
 const MAX_LOG_LINE: usize = 4096;
@@ -220,134 +204,6 @@ pub(crate) fn label(command: &str) -> String {
     } else {
         format!("{cut:?}")
     }
-}
-
-/// Runs `req` (already adjusted for sudo and the default timeout) on a new channel.
-pub(crate) async fn run(
-    handle: &Handle<ClientHandler>,
-    peer: &str,
-    req: &ExecRequest,
-    stdin: Stdin<'_>,
-) -> Result<ExecOutput> {
-    // Secret environment values go over stdin, never on the command line.
-    let machine_core::RemoteShell {
-        line, stdin_prefix, ..
-    } = req.remote_shell()?;
-    let env_input = (!stdin_prefix.is_empty()).then_some(stdin_prefix);
-    let channel = handle.channel_open_session().await.map_err(|e| {
-        if handle.is_closed() {
-            connection_lost(peer, "opening a channel")
-        } else {
-            ssh_error(peer, e)
-        }
-    })?;
-    let (mut reader, writer) = channel.split();
-    tracing::debug!(peer, command = %req.command, sudo = req.sudo, "exec");
-    writer
-        .exec(true, line)
-        .await
-        .map_err(|_| connection_lost(peer, "starting a command"))?;
-
-    let feed = async {
-        if let Some(env) = &env_input {
-            writer.data(env.as_slice()).await?;
-        }
-        if let Stdin::Bytes(bytes) = stdin {
-            writer.data(bytes).await?;
-        }
-        writer.eof().await
-    };
-    let mask = Masker::new(req);
-    let collect = async {
-        let room = req.max_output.saturating_add(mask.slack);
-        let mut out = Tail::new(room);
-        let mut err = Tail::new(room);
-        let mut status = None;
-        let mut finished = false;
-        let (mut out_bytes, mut err_bytes) = (0u64, 0u64);
-        while let Some(msg) = reader.wait().await {
-            match msg {
-                ChannelMsg::Data { data } => {
-                    out_bytes += data.len() as u64;
-                    out.push(&data);
-                }
-                ChannelMsg::ExtendedData { data, ext: 1 } => {
-                    err_bytes += data.len() as u64;
-                    err.push(&data);
-                }
-                ChannelMsg::ExitStatus { exit_status } => {
-                    status = Some(exit_status as i32);
-                    finished = true;
-                }
-                ChannelMsg::ExitSignal { signal_name, .. } => {
-                    tracing::debug!(peer, command = %req.command, signal = ?signal_name, "killed by a signal");
-                    finished = true;
-                }
-                ChannelMsg::Failure => {
-                    return Err(Error::permanent(format!(
-                        "{peer}: the server refused to run {}",
-                        label(&req.command)
-                    )));
-                }
-                ChannelMsg::Close => break,
-                _ => {}
-            }
-        }
-        if !finished {
-            return Err(connection_lost(
-                peer,
-                &format!("running {}", label(&req.command)),
-            ));
-        }
-        let truncated = out.cut || err.cut;
-        let output = masked_tails(
-            &mask,
-            status,
-            out.into_vec(),
-            err.into_vec(),
-            req.max_output,
-        );
-        let truncated = truncated || output.truncated;
-        log_output(peer, &output);
-        tracing::debug!(peer, command = %label(&req.command), ?status, stdout_bytes = out_bytes, stderr_bytes = err_bytes, "exec finished");
-        Ok(output.with_truncated(truncated))
-    };
-    let both = async {
-        // Feed and collect together: a command may write before it has read all its input.
-        // The channel's end ends both: input still waiting for window space when the
-        // session or connection died would otherwise wait forever.
-        tokio::pin!(feed);
-        tokio::pin!(collect);
-        let mut fed_ok = None;
-        let out = loop {
-            tokio::select! {
-                fed = &mut feed, if fed_ok.is_none() => fed_ok = Some(fed.is_ok()),
-                collected = &mut collect => break collected?,
-            }
-        };
-        if fed_ok == Some(false) && out.status.is_none() {
-            return Err(connection_lost(peer, "sending input"));
-        }
-        Ok(out)
-    };
-    match req.timeout {
-        None => both.await,
-        Some(limit) => match tokio::time::timeout(limit, both).await {
-            Ok(res) => res,
-            Err(_) => {
-                let _ = writer.close().await;
-                Err(timed_out(peer, &req.command, limit))
-            }
-        },
-    }
-}
-
-fn timed_out(peer: &str, command: &str, limit: Duration) -> Error {
-    Error::timeout(format!(
-        "{peer}: {} did not finish within {}; its channel was closed (its input ends, so the upload or read stops and leaves nothing behind)",
-        label(command),
-        humantime_secs(limit)
-    ))
 }
 
 #[cfg(test)]

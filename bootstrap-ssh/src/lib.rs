@@ -23,8 +23,14 @@
 //!
 //! # Commands on the machine
 //!
-//! A small POSIX sh supervisor is sent with every command (coreutils or busybox, no
-//! GNU-only flag) and outlives the SSH session:
+//! A small POSIX sh supervisor (coreutils or busybox, no GNU-only flag) runs on a
+//! channel of its own for as long as the connection lives and serves the connection's
+//! requests one at a time over its stdin: commands, uploads and file reads. The
+//! session, the login shell and the supervisor's shell are paid once per channel, not
+//! once per command. A connection keeps up to two idle supervisors (plain and through
+//! sudo each); concurrent requests each take one or start another, so every command
+//! still has a process group of its own; [`SshClient::close`] ends them. Commands run
+//! with the login's umask, with stdin from `/dev/null`, and outlive the SSH session:
 //!
 //! - **Run directory**: `/run/bootstrap-ssh` for root (and sudo), else
 //!   `/tmp/bootstrap-ssh-<user>` (or [`SshConfig::with_run_dir`]); mode 0700,
@@ -55,10 +61,12 @@
 //! - **A timeout** kills the run's whole process group by the recorded id, from a new
 //!   channel, checks in `/proc` that none of it is left, and says what it killed (or
 //!   what still runs). SSH signal requests are not used: sshd refuses them for root.
-//!   The process group is the session sshd made for the command's channel (sshd
-//!   starts every command with `setsid`); POSIX sh cannot make a new one portably
-//!   (`set -m` needs a terminal in dash and busybox), so the supervisor is killed with
-//!   its command and the killer removes the records.
+//!   The process group is the session sshd made for the supervisor's channel (sshd
+//!   starts every channel's command with `setsid`), which runs one command at a
+//!   time; POSIX sh cannot make a new group portably (`set -m` needs a terminal in
+//!   dash and busybox), so the supervisor is killed with its command, the client
+//!   closes its channel, and the killer removes the records; the next request starts
+//!   another supervisor.
 //! - **A restart of the machine** (boot id changed, `/run` emptied) or a supervisor
 //!   killed by someone else (its pid gone or reused: start time changed) leaves a run
 //!   without an outcome: the next run of the key runs the command again (a client

@@ -453,3 +453,82 @@ async fn the_same_command_run_again_at_once_runs_again() {
         );
     }
 }
+
+/// The session (process group leader's session) a command runs in, from its shell's
+/// `/proc/$$/stat`.
+const SESSION: &str = "read -r s < /proc/$$/stat; set -- ${s##*) }; echo $4";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_keeps_its_supervisors_and_a_timeout_kills_only_its_own() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join(format!("runs-{}", support::unique()));
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let c = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    // One after another: the same supervisor, so the same session, serves them all.
+    let mut sessions = std::collections::BTreeSet::new();
+    for i in 0..5 {
+        let out = c
+            .exec(&ExecRequest::new(format!("{SESSION}; : {i}")))
+            .await
+            .unwrap();
+        sessions.insert(String::from_utf8(out.stdout).unwrap());
+    }
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    // At once: each its own supervisor. A timeout kills its own process group, never
+    // the other command's, which finishes.
+    let marker = format!("bssh-own-{}", support::unique());
+    let long = ExecRequest::new(format!("sleep 2; echo survived {marker}"));
+    let doomed = ExecRequest::new(two_sleepers(&marker)).timeout(Duration::from_secs(1));
+    let (long, doomed) = tokio::join!(c.exec(&long), c.exec(&doomed));
+    assert_eq!(doomed.unwrap_err().kind(), ErrorKind::Timeout);
+    assert_eq!(
+        String::from_utf8_lossy(&long.unwrap().stdout),
+        format!("survived {marker}\n")
+    );
+    // The connection goes on: a supervisor is started again where one was killed.
+    let out = c.exec(&ExecRequest::new("echo again")).await.unwrap();
+    assert_eq!(out.stdout, b"again\n");
+    // Closing ends every supervisor: none is left running on the machine.
+    let marker = dir.to_str().unwrap().to_owned();
+    assert!(!processes_with(&marker).is_empty(), "supervisors run");
+    c.close().await;
+    drop(c);
+    assert_all_gone(&marker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_and_uploads_keep_the_login_umask() {
+    let sshd = Sshd::start();
+    let c = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    // sshd, started by this test, passes this process's umask to its sessions.
+    let mine = std::process::Command::new("sh")
+        .args(["-c", "umask"])
+        .output()
+        .unwrap()
+        .stdout;
+    let d = tempfile::tempdir().unwrap();
+    let out = c
+        .exec(&ExecRequest::new(format!(
+            "umask; mkdir {0}/made; touch {0}/made/file",
+            d.path().display()
+        )))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, mine, "the command's umask is the login's");
+    let umask = u32::from_str_radix(String::from_utf8_lossy(&mine).trim(), 8).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&d.path().join("made")), 0o777 & !umask);
+    assert_eq!(mode(&d.path().join("made/file")), 0o666 & !umask);
+    // Directories an upload makes on the way too.
+    let path = d.path().join("up/deep/file");
+    c.upload(&machine_core::FileUpload::new(path.to_str().unwrap(), "x"))
+        .await
+        .unwrap();
+    assert_eq!(mode(&d.path().join("up")), 0o777 & !umask);
+}
