@@ -29,8 +29,10 @@ info() {
   fi
 }
 alive() { [ "$3" = "$B" ] && info "$1" && [ "$P_STATE" != Z ] && [ "$P_START" = "$2" ]; }
-# This shell's record: the runs it supervises are its own, and so is their process group.
-info $$ && me="$$ $P_START $B $P_PGRP"
+# This shell's record "pid start boot pgrp": the runs it supervises are recorded as
+# its own (one at a time), and so is their process group.
+A=
+info $$ && A="$$ $P_START $B $P_PGRP"
 # The run directory: private, ours, made when missing (a restart empties /run).
 rundir() {
   if ! [ -d "$R" ]; then
@@ -38,15 +40,45 @@ rundir() {
   fi
   [ -d "$R" ] && ! [ -L "$R" ] && [ -O "$R" ] || fail "the run directory $R is a link or another user's: remove it"
 }
-gone() { rm -f -- "$f.run" "$f.out" "$f.err" "$f.rc" "$f.st" "$f.w" "$@" 2>/dev/null; }
+# The record last: until it goes, nobody else takes the key.
+gone() { rm -f -- "$f.out" "$f.err" "$f.rc" "$f.st" "$f.w" "$@" "$f.run" 2>/dev/null; }
 # Other clients waiting for this run: each has a file $f.w<pid>, and $f.w says there
 # are some, so that a run without waiters never reads the run directory.
 others() {
   [ -e "$f.w" ] || return 1
   for w in "$f".w?*; do [ -e "$w" ] && [ "$w" != "$f.w$$" ] && return 0; done; return 1
 }
-# Output, then the status line; the records go once the client says it has them all
-# (a cut before that leaves them for the next run of the key), then "done".
+# Removes the records of the collected runs (those with $f.ok) of the keys in $1, in
+# one rm. A key is taken under its lock $f.t (noclobber), which holds its holder's
+# record; a lock whose holder died is removed. The end goes first and the record, the
+# collected mark and the lock last, so nobody sees a finished run left uncollected,
+# and a new run of the key starts only once its old files are gone.
+sweep() {
+  ks=$1
+  set --
+  for k in $ks; do
+    f=$R/$k
+    [ -e "$f.ok" ] || continue
+    set -C
+    if ! { printf '%s\n' "$A" > "$f.t"; } 2>/dev/null; then
+      set +C
+      t=; read -r t 2>/dev/null < "$f.t"
+      [ -n "$t" ] && ! alive $t && set -- "$@" "$f.t"
+      continue
+    fi
+    set +C
+    [ -e "$f.ok" ] || { set -- "$@" "$f.t"; continue; }
+    set -- "$@" "$f.st" "$f.rc" "$f.out" "$f.err"
+    if [ -e "$f.w" ]; then for w in "$f".w?*; do [ -e "$w" ] && set -- "$@" "$w"; done; fi
+    set -- "$@" "$f.w" "$f.run" "$f.ok" "$f.t"
+  done
+  [ $# = 0 ] || rm -f -- "$@" 2>/dev/null
+}
+# Output, then the status line. Once the client says it has it all, the run is marked
+# collected ($f.ok, naming this agent: a builtin's write, where removing the records
+# takes a process; this agent removes them when it ends, or the next run of the key
+# does; status 3 tells the agent), then "done". A cut before that leaves the run for
+# the next run of the key.
 deliver() {
   [ -s "$f.out" ] && cat -- "$f.out"
   [ -s "$f.err" ] && cat -- "$f.err" >&2
@@ -55,21 +87,34 @@ deliver() {
   say "exit $st $1"
   IFS= read -r a && [ "$a" = ok ] || exit 1
   r1=; read -r r1 2>/dev/null < "$f.run"
-  if [ "$r1" = "$r0" ] && ! others; then gone ${seen:+"$f.w$$"}; elif [ -n "$seen" ]; then rm -f -- "$f.w$$" 2>/dev/null; fi
+  s=0
+  if [ "$r1" = "$r0" ] && ! others; then
+    # The logs are emptied at once (truncation is a builtin's too): only empty files
+    # wait for the removal.
+    if { printf '%s\n' "$A" > "$f.ok"; } 2>/dev/null; then s=3; : > "$f.out"; : > "$f.err"; else gone ${seen:+"$f.w$$"}; fi
+  elif [ -n "$seen" ]; then
+    rm -f -- "$f.w$$" 2>/dev/null
+  fi
   printf '\n%s done\n' "$T"
-  exit 0
+  exit $s
 }
 # run: the command $c (export lines $e first) as run $k, keeping $m bytes of each stream.
 run() {
   rundir
-  [ -n "$me" ] || fail "cannot read this shell's own process record"
-  f=$R/$k self="$me $now" seen= how=ran n=0
+  [ -n "$A" ] || fail "cannot read this shell's own process record"
+  f=$R/$k self="$A $now" seen= how=ran n=0
   while :; do
-    [ -n "$seen" ] && ! [ -e "$f.run" ] && fail "lost the run it waited for ended, and another client collected its outcome"
+    [ -n "$seen" ] && { ! [ -e "$f.run" ] || [ -e "$f.ok" ]; } && fail "lost the run it waited for ended, and another client collected its outcome"
     # noclobber: O_EXCL, so of two supervisors of one key exactly one runs it.
     set -C
     if { printf '%s\n' "$self" > "$f.run"; } 2>/dev/null; then set +C; break; fi
     set +C
+    if [ -e "$f.ok" ]; then
+      # Collected: its records go, then the key is free.
+      sweep "$k"; f=$R/$k
+      [ -e "$f.ok" ] && nap
+      continue
+    fi
     r=; read -r r 2>/dev/null < "$f.run"
     if [ -z "$r" ]; then
       # Being written this instant, or a record a full disk left empty.
@@ -180,24 +225,49 @@ get() {
   if [ "$s" -gt "$max" ]; then echo "$s bytes" >&2; exit 95; fi
   exec cat -- "$p"
 }
+# Collected runs of an agent that was killed (a timeout kills its process group)
+# are removed by the next agent, when the killer left word ($R/.sweep): their mark
+# names a dead agent. Without the word the run directory is not read.
+if [ -e "$R/.sweep" ] && ! [ -L "$R" ] && [ -O "$R" ]; then
+  rm -f -- "$R/.sweep" 2>/dev/null
+  K=
+  for x in "$R"/*.ok; do
+    [ -e "$x" ] || continue
+    o=; read -r o 2>/dev/null < "$x"
+    [ -n "$o" ] && alive $o && continue
+    x=${x##*/}; K="$K ${x%.ok}"
+  done
+  [ -z "$K" ] || sweep "$K"
+fi
+# The keys of the runs this agent collected: removed when it ends.
+K=
 while IFS= read -r h; do
   set -- $h
-  [ $# -ge 3 ] || exit 0
+  [ $# -ge 3 ] || break
   w=$1 T=$2
   # The request's assignments: its last field says how many lines they take.
   eval "i=\${$#}"
   L=
   while [ "$i" -gt 0 ] && IFS= read -r l; do L="$L$l
 "; i=$((i-1)); done
-  [ "$i" = 0 ] || exit 0
+  [ "$i" = 0 ] || break
   case $w in
     run)
-      k=$3 m=$4 now=$5 c= e=; eval "$L"; ( run )
-      # Killed by someone (a timeout kills this shell too, and the client knows).
-      s=$?; [ $s -lt 128 ] || say "error lost its supervisor was killed (status $s)" ;;
+      k=$3 m=$4 now=$5 c= e=; eval "$L"; ( run ); s=$?
+      if [ $s = 3 ]; then K="$K $k"
+      elif [ $s -ge 128 ]; then
+        # Its subshell died: a cut while it delivered (SIGPIPE) leaves a finished run
+        # for the next run of the key to take over; one killed by someone before the
+        # end leaves no outcome, and its records name this live shell: they go, and
+        # the next run of the key runs it again (a timeout kills this shell too).
+        f=$R/$k
+        if ! [ -e "$f.st" ]; then r=; read -r r 2>/dev/null < "$f.run"; [ "$r" = "$A $now" ] && gone; fi
+        say "error lost its supervisor was killed (status $s)"
+      fi ;;
     # A failed upload may leave content unread: the shell ends rather than read it as requests.
-    put) n=$3 um=$4 own= mo=; eval "$L"; ( set -e; put ); s=$?; say "exit $s"; [ $s = 0 ] || exit 0 ;;
+    put) n=$3 um=$4 own= mo=; eval "$L"; ( set -e; put ); s=$?; say "exit $s"; [ $s = 0 ] || break ;;
     get) max=$3; eval "$L"; ( get ) </dev/null; say "exit $?" ;;
-    *) exit 0 ;;
+    *) break ;;
   esac
 done
+[ -z "$K" ] || sweep "$K"

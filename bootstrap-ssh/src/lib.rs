@@ -45,7 +45,12 @@
 //!   `max_output` bytes of each stream, through `tail -c`: bounded whatever the command
 //!   prints, and a full disk fails the log, never the command), `<key>.rc` (its exit
 //!   status, written over a placeholder) and `<key>.st` (the end, an empty file: a disk
-//!   the logs filled cannot lose the outcome).
+//!   the logs filled cannot lose the outcome). Once a client has the outcome the run
+//!   is marked collected (`<key>.ok`, naming the supervisor) and its logs emptied,
+//!   with shell builtins; the supervisor removes its collected runs' files when it
+//!   ends (one `rm` per connection instead of one per command), or the next run of
+//!   the key does, under the key's lock (`<key>.t`, noclobber). Runs collected by a
+//!   supervisor that a timeout killed are removed by the next one.
 //! - **Secrets**: the request's secret environment values reach the command over
 //!   stdin, never its command line; whatever the command prints of them (each value,
 //!   and each line of a multi-line one) is masked (`***`, machine-core's

@@ -191,13 +191,21 @@ async fn key_of(c: &SshClient, dir: &Path, cmd: &str) -> String {
     };
     let (out, key) = tokio::join!(run, look);
     out.unwrap();
-    // Collected: the supervisor removes the records right after the client's word.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while dir.join(format!("{key}.run")).exists() {
-        assert!(Instant::now() < deadline, "records of {key} left");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Collected: marked so before the client has its outcome (the records go when the
+    // supervisor ends, or with the next run of the key).
+    assert!(dir.join(format!("{key}.ok")).exists(), "{key} collected");
     key
+}
+
+/// Leaves only the record of run `key` in `dir`: a run in progress, as a supervisor that
+/// died (or a machine that restarted) leaves it.
+fn in_progress(dir: &Path, key: &str) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(key) && name != format!("{key}.run") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,6 +237,7 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
     let record = dir.join(format!("{key}.run"));
     // A reused pid: the recorded supervisor's pid now belongs to another process
     // (another start time). The rerun must not wait for that process.
+    in_progress(&dir, &key);
     std::fs::write(
         &record,
         format!("{} 1 {} {} {now}\n", live.id(), boot.trim(), live.id()),
@@ -242,6 +251,7 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\nran\n");
     // A restarted machine: the record's process is alive with its start time, but the
     // boot id differs (a pid of the previous boot).
+    in_progress(&dir, &key);
     std::fs::write(
         &record,
         format!(
@@ -531,4 +541,127 @@ async fn commands_and_uploads_keep_the_login_umask() {
         .await
         .unwrap();
     assert_eq!(mode(&d.path().join("up")), 0o777 & !umask);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collected_runs_go_with_their_supervisor_and_a_rerun_runs_once() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join("runs");
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let (target, pins) = (sshd.target(), sshd.pins());
+    let connect = || SshClient::connect(&config, &target, &pins);
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    let cmd = format!("sleep 1; echo ran >> {0}; wc -l < {0}", count.display());
+    let keeper = connect().await.unwrap();
+    let key = key_of(&keeper, &dir, &cmd).await;
+    // Collected, its records kept while its supervisor lives: two clients running the
+    // command again at once run it once, and both get that run's outcome.
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let req = ExecRequest::new(&cmd);
+    let (x, y) = tokio::join!(a.exec(&req), b.exec(&req));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!(x.stdout, b"2\n");
+    assert_eq!(y.stdout, b"2\n");
+    assert_eq!(count_lines(&count), 2, "one run for both");
+    // Every supervisor ends with its connection and takes the records it collected
+    // along: nothing of the key is left.
+    for c in [keeper, a, b] {
+        c.close().await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&key))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left: {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_collected_by_a_killed_supervisor_go_with_the_next_one() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join("runs");
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let c = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let key = key_of(&c, &dir, "sleep 1; echo one").await;
+    // The supervisor that collected it is killed with a command of its own that
+    // times out (its process group goes): it cannot remove what it collected.
+    let marker = format!("bssh-orphan-{}", support::unique());
+    let e = c
+        .exec(&ExecRequest::new(two_sleepers(&marker)).timeout(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(dir.join(format!("{key}.ok")).exists(), "left collected");
+    // The next supervisor removes runs whose collector is dead.
+    let other = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    other.exec(&ExecRequest::new("true")).await.unwrap();
+    assert!(
+        !dir.join(format!("{key}.run")).exists() && !dir.join(format!("{key}.ok")).exists(),
+        "removed by the next supervisor"
+    );
+}
+
+/// The parent PID of process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_killed_by_someone_else_says_so_and_the_rerun_runs_again() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join(format!("runs-{}", support::unique()));
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let c = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    let started = d.path().join("started");
+    let cmd = format!(
+        "echo ran >> {n}; touch {s}; sleep 2",
+        n = count.display(),
+        s = started.display()
+    );
+    let req = ExecRequest::new(&cmd);
+    let run = c.exec(&req);
+    let kill = async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !started.exists() {
+            assert!(Instant::now() < deadline, "never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The run's own shell: a supervisor's child that is a supervisor too.
+        let marker = dir.to_str().unwrap();
+        let shells = processes_with(marker);
+        let run = shells
+            .iter()
+            .find(|p| parent_of(**p).is_some_and(|pp| shells.contains(&pp)))
+            .copied()
+            .expect("the run's shell");
+        support::run("kill", &["-KILL", &run.to_string()]);
+    };
+    let (out, ()) = tokio::join!(run, kill);
+    let e = out.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("killed"), "{e}");
+    // The connection's supervisor goes on; the run without an outcome is run again.
+    c.exec(&ExecRequest::new(&cmd)).await.unwrap();
+    assert_eq!(count_lines(&count), 2);
 }
