@@ -49,7 +49,7 @@ const CLEANUP_WAIT: Duration = Duration::from_secs(5);
 /// 10 by default) to concurrent work and to the killer.
 const MAX_IDLE: usize = 2;
 
-/// How long closing a connection waits for its idle supervisors to end.
+/// How long ending a supervisor waits for its channel to close.
 const SHUT_WAIT: Duration = Duration::from_secs(2);
 
 /// The run directory of the supervisors of `user` (root when through sudo).
@@ -202,6 +202,20 @@ impl Agent {
     async fn close(self) {
         let _ = self.writer.close().await;
     }
+
+    /// Ends it politely: end of input (it removes the runs it collected, then exits),
+    /// then its channel's end, waited for at most [`SHUT_WAIT`].
+    async fn end(mut self) {
+        let _ = self.writer.eof().await;
+        let _ = tokio::time::timeout(SHUT_WAIT, async {
+            while let Some(msg) = self.reader.wait().await {
+                if matches!(msg, ChannelMsg::Close) {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
 }
 
 /// The idle supervisors of a connection.
@@ -229,34 +243,31 @@ impl Pool {
         }
     }
 
-    /// Ends every idle supervisor: end of input, then its channel's end, waited for
-    /// at most [`SHUT_WAIT`] in all.
+    /// Ends every idle supervisor (see [`Agent::end`]), all at once.
     pub(crate) async fn shut(&self) {
         let agents: Vec<Agent> = self
             .idle
             .lock()
             .map(|mut idle| idle.drain(..).collect())
             .unwrap_or_default();
-        let ends = agents.into_iter().map(|mut agent| async move {
-            let _ = agent.writer.eof().await;
-            while let Some(msg) = agent.reader.wait().await {
-                if matches!(msg, ChannelMsg::Close) {
-                    break;
-                }
-            }
-        });
-        let _ = tokio::time::timeout(SHUT_WAIT, futures_util::future::join_all(ends)).await;
+        let ends = agents.into_iter().map(Agent::end);
+        futures_util::future::join_all(ends).await;
     }
 
-    /// Keeps `agent` for the next request, unless enough of its kind are idle.
-    pub(crate) fn give(&self, agent: Agent) {
-        if let Ok(mut idle) = self.idle.lock()
-            && idle.iter().filter(|a| a.sudo == agent.sudo).count() < MAX_IDLE
-        {
-            idle.push(agent);
+    /// Keeps `agent` for the next request, unless enough of its kind are idle: then
+    /// it is ended (and waited for, briefly), so that its session does not count
+    /// against sshd's `MaxSessions` until the connection ends.
+    pub(crate) async fn give(&self, agent: Agent) {
+        let extra = match self.idle.lock() {
+            Ok(mut idle) if idle.iter().filter(|a| a.sudo == agent.sudo).count() < MAX_IDLE => {
+                idle.push(agent);
+                None
+            }
+            _ => Some(agent),
+        };
+        if let Some(agent) = extra {
+            agent.end().await;
         }
-        // Otherwise dropped: its channel goes with the connection's bookkeeping, and
-        // its stdin ends with the connection at the latest.
     }
 }
 
@@ -493,7 +504,7 @@ pub(crate) async fn run(
     match outcome {
         Ok((result, reusable)) => {
             if reusable {
-                pool.give(agent);
+                pool.give(agent).await;
             } else {
                 agent.close().await;
             }
@@ -571,7 +582,7 @@ pub(crate) async fn transfer(
         // A failed upload's supervisor ends (the rest of its content would be read
         // as requests); any other answer leaves it ready for the next.
         Ok(reply) if reply.status == 0 || kind == "get" => {
-            pool.give(agent);
+            pool.give(agent).await;
             Ok(reply)
         }
         Ok(reply) => {

@@ -665,3 +665,27 @@ async fn a_supervisor_killed_by_someone_else_says_so_and_the_rerun_runs_again() 
     c.exec(&ExecRequest::new(&cmd)).await.unwrap();
     assert_eq!(count_lines(&count), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_leave_only_a_few_supervisors_within_sshds_session_limit() {
+    // sshd's default limit of sessions per connection.
+    let sshd = Sshd::with(SshdOptions {
+        extra: "MaxSessions 10",
+        ..SshdOptions::default()
+    });
+    let c = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    // Bursts of 8 at once: the supervisors beyond the few kept idle end with their
+    // request, so each burst finds room again.
+    for round in 0..4 {
+        let reqs: Vec<ExecRequest> = (0..8)
+            .map(|i| ExecRequest::new(format!("sleep 0.3; echo {round}-{i}")))
+            .collect();
+        let outs = futures_util::future::join_all(reqs.iter().map(|r| c.exec(r))).await;
+        for (i, out) in outs.into_iter().enumerate() {
+            let out = out.unwrap_or_else(|e| panic!("round {round}, {i}: {e}"));
+            assert_eq!(out.stdout, format!("{round}-{i}\n").into_bytes());
+        }
+    }
+}
