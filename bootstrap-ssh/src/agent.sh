@@ -239,6 +239,21 @@ if [ -e "$R/.sweep" ] && ! [ -L "$R" ] && [ -O "$R" ]; then
   done
   [ -z "$K" ] || sweep "$K"
 fi
+# Runs without a step key (named u...) are never run again under their key: once the
+# supervisor that ran one is dead (its client cut, the supervisor killed, the machine
+# restarted), nobody collects it, and its records go with the next agent.
+if [ -d "$R" ] && ! [ -L "$R" ] && [ -O "$R" ]; then
+  set --
+  for x in "$R"/u*.run; do
+    [ -e "$x" ] || continue
+    r=; read -r r 2>/dev/null < "$x"
+    [ -n "$r" ] || continue
+    alive $r && continue
+    f=${x%.run}
+    set -- "$@" "$f.st" "$f.rc" "$f.out" "$f.err" "$f.w" "$f.ok" "$f.t" "$x"
+  done
+  [ $# = 0 ] || rm -f -- "$@" 2>/dev/null
+fi
 # The keys of the runs this agent collected: removed when it ends.
 K=
 while IFS= read -r h; do

@@ -317,8 +317,9 @@ impl SshClient {
 impl Transport for SshClient {
     /// Runs the command under a supervisor on the machine that owns it: a timeout
     /// kills its whole process group, a cut connection leaves it running, and the same
-    /// command again on the same machine waits for it (or takes over its outcome)
-    /// instead of starting another. See the crate documentation.
+    /// step again on the same machine (the same [`ExecRequest::step`] key) waits for it
+    /// (or takes over its outcome) instead of starting another; a request without a
+    /// key is a run of its own. See the crate documentation.
     async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput> {
         self.supervised(request).await
     }

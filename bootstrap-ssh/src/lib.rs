@@ -15,8 +15,9 @@
 //! Every command runs under a supervisor on the machine that owns it (see "Commands on
 //! the machine" below): a timeout kills its whole
 //! process group and says what it killed, a cut connection leaves it running, and the
-//! same command again on the same machine (a retry, a rerun of the step) waits for it or
-//! takes over its outcome instead of starting it twice.
+//! same step again on the same machine (a request with the same
+//! [`machine_core::ExecRequest::step`] key: a retry, a rerun of the step) waits for it
+//! or takes over its outcome instead of starting it twice.
 //!
 //! The SSH protocol is russh's (pure Rust, aws-lc-rs crypto), kept behind this crate's
 //! own types.
@@ -36,9 +37,14 @@
 //!   `/tmp/bootstrap-ssh-<user>` (or [`SshConfig::with_run_dir`]); mode 0700,
 //!   owned by that user, refused when it is a link or another user's. Nothing is
 //!   executed from it, so a `noexec` mount is fine.
-//! - **Run key**: a run is named by a hash of the target (`host:port`), the command and
-//!   the names of its environment variables. That is a step's identity: the same
-//!   command again on the same machine is the same step.
+//! - **Run key**: a request with a step key ([`machine_core::ExecRequest::step`]) is
+//!   named by a hash of the target (`host:port`), the user (root for sudo), the step
+//!   key, the command and the names of its environment variables: the same step again
+//!   on the same machine is the same run. A request without one gets a new name
+//!   (`u...`) for every call, so identical commands at once (replicas reading one claim
+//!   file) each run, and a read run again never takes an earlier call's outcome; a
+//!   later supervisor removes such a run's records once the supervisor that ran it is
+//!   dead (nobody else would collect them).
 //! - **Records**: `<key>.run` (the supervisor's pid, start time, boot id, process group
 //!   and the client's clock at the start; created with noclobber, so of two supervisors
 //!   of one key exactly one runs the command), `<key>.out` / `<key>.err` (the last
@@ -59,10 +65,11 @@
 //!   than `max_output`, so a value the bound cuts is masked whole, never shown in part.
 //! - **A cut connection** leaves the command running (its input is /dev/null, its
 //!   output goes to the logs, never to the session). The records stay until a client
-//!   has read the outcome: the next run of the same key (the composer's and the
+//!   has read the outcome: the next run of the same step key (the composer's and the
 //!   runner's retries, or any rerun of the step) waits for a live run, or takes over
 //!   the outcome of a finished one (finished in this boot, started less than an hour
-//!   ago by the client's clock), instead of starting another.
+//!   ago by the client's clock), instead of starting another. A request without a step
+//!   key run again is a new run.
 //! - **A timeout** kills the run's whole process group by the recorded id, from a new
 //!   channel, checks in `/proc` that none of it is left, and says what it killed (or
 //!   what still runs). SSH signal requests are not used: sshd refuses them for root.

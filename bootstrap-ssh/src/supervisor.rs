@@ -71,11 +71,28 @@ pub(crate) struct Supervision {
 
 impl Supervision {
     /// The run of `req` on `target` (`host:port`) as `user` (root when through sudo).
+    ///
+    /// A request with a step key ([`ExecRequest::step`]) is named by the target, the
+    /// user, the key, the command and its environment's names: a later request of the
+    /// same step adopts the run still going or its uncollected outcome. Without a key
+    /// the run's name is new for every call, so two identical commands (two clients
+    /// reading the same file at once, a read run again later) never share a run or
+    /// take another call's outcome.
     pub(crate) fn new(target: &str, user: &str, dir: Option<&str>, req: &ExecRequest) -> Self {
         let root = req.sudo || user == "root";
         let dir = run_dir(user, dir, req.sudo);
+        // The two kinds of name apart, whatever a step key holds.
+        let identity = match &req.step {
+            Some(step) => format!("step\0{step}"),
+            None => format!("call\0{}", token(&req.command)),
+        };
         let mut h = Sha256::new();
-        for part in [target, if root { "root" } else { user }, &req.command] {
+        for part in [
+            target,
+            if root { "root" } else { user },
+            &identity,
+            &req.command,
+        ] {
             h.update(part.as_bytes());
             h.update([0]);
         }
@@ -83,7 +100,13 @@ impl Supervision {
             h.update(name.as_bytes());
             h.update([0]);
         }
-        let key = crate::upload::hex(&h.finalize()[..16]);
+        let digest = h.finalize();
+        // A run without a step key is marked `u` (never a hex digit): nobody runs its
+        // key again, so the next supervisor removes its records once its own is dead.
+        let key = match req.step {
+            Some(_) => crate::upload::hex(&digest[..16]),
+            None => format!("u{}", &crate::upload::hex(&digest[..16])[1..]),
+        };
         Supervision { dir, key }
     }
 }
@@ -94,8 +117,17 @@ pub(crate) fn token(seed: &str) -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
+    // Per process, from the OS's randomness (std seeds its hash keys so): processes on
+    // other hosts with the same pid, clock and count still make other tokens.
+    static PROCESS: LazyLock<u64> = LazyLock::new(|| {
+        use std::hash::{BuildHasher, Hasher};
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    });
     let mut h = Sha256::new();
     h.update(seed.as_bytes());
+    h.update(PROCESS.to_le_bytes());
     h.update(nanos.to_le_bytes());
     h.update(std::process::id().to_le_bytes());
     h.update(N.fetch_add(1, Ordering::Relaxed).to_le_bytes());
@@ -454,10 +486,16 @@ pub(crate) async fn run(
         let answer = answer(&mut agent, &token, keep, None)
             .await
             .map_err(|why| match why {
-                NoAnswer::Lost => Error::transient(format!(
-                    "{peer}: connection lost while running {what}; the command goes on on the machine (run {} in {}): running the same command again waits for it and returns its outcome",
-                    sup.key, sup.dir
-                )),
+                NoAnswer::Lost => Error::transient(match &req.step {
+                    Some(_) => format!(
+                        "{peer}: connection lost while running {what}; the command goes on on the machine (run {} in {}): the same step run again waits for it and returns its outcome",
+                        sup.key, sup.dir
+                    ),
+                    None => format!(
+                        "{peer}: connection lost while running {what}; the command goes on on the machine (run {} in {}); it has no step key, so running it again starts another run",
+                        sup.key, sup.dir
+                    ),
+                }),
                 why => no_answer(peer, &what, why, first, &mask),
             })?;
         agent.served = true;
@@ -711,18 +749,42 @@ mod tests {
     }
 
     #[test]
-    fn runs_are_named_by_target_user_command_and_env_names() {
-        let a = Supervision::new("h:22", "root", None, &ExecRequest::new("true"));
-        let b = Supervision::new("h:23", "root", None, &ExecRequest::new("true"));
-        let c = Supervision::new("h:22", "ops", None, &ExecRequest::new("true"));
-        let d = Supervision::new("h:22", "ops", None, &ExecRequest::new("true").sudo());
-        assert_ne!(a.key, b.key);
-        assert_ne!(a.key, c.key);
+    fn steps_are_named_by_target_user_key_command_and_env_names() {
+        let step = |cmd: &str| ExecRequest::new(cmd).step("layer/1");
+        let a = Supervision::new("h:22", "root", None, &step("true"));
+        let b = Supervision::new("h:23", "root", None, &step("true"));
+        let c = Supervision::new("h:22", "ops", None, &step("true"));
+        let d = Supervision::new("h:22", "ops", None, &step("true").sudo());
+        let e = Supervision::new("h:22", "root", None, &step("false"));
+        let f = Supervision::new(
+            "h:22",
+            "root",
+            None,
+            &ExecRequest::new("true").step("layer/2"),
+        );
+        let g = Supervision::new("h:22", "root", None, &step("true").env("X", "v"));
+        let again = Supervision::new("h:22", "root", None, &step("true"));
+        assert_eq!(a.key, again.key, "a step again is the same run");
+        for other in [&b, &c, &e, &f, &g] {
+            assert_ne!(a.key, other.key);
+        }
         assert_eq!(a.key, d.key, "sudo runs as root");
         assert_eq!(a.dir, "/run/bootstrap-ssh");
         assert_eq!(c.dir, "/tmp/bootstrap-ssh-ops");
         assert_eq!(d.dir, "/run/bootstrap-ssh");
         assert_eq!(a.key.len(), 32);
+    }
+
+    #[test]
+    fn requests_without_a_step_key_are_runs_of_their_own() {
+        let req = ExecRequest::new("cat /claim");
+        let a = Supervision::new("h:22", "root", None, &req);
+        let b = Supervision::new("h:22", "root", None, &req);
+        let keyed = Supervision::new("h:22", "root", None, &req.clone().step(""));
+        assert_ne!(a.key, b.key);
+        assert_ne!(a.key, keyed.key);
+        assert_eq!(a.key.len(), 32);
+        assert!(a.key.starts_with('u') && !keyed.key.starts_with('u'));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The supervisor that owns every command on the machine, against real sshd: a timeout
 //! kills the whole process group (as root, where sshd refuses signal requests, and as
-//! another user), a cut connection leaves the command running and the rerun takes its
-//! outcome, a second client of the same command waits for the first run, and the
+//! another user), a cut connection leaves the command running and the rerun of the step
+//! takes its outcome, a second client of the same step waits for the first run, the same
+//! command without a step key is a run of its own every time, and the
 //! supervisor's own failure modes: a full disk, a noexec /tmp, a restarted machine
 //! (boot id changed) and a reused pid.
 
@@ -107,7 +108,7 @@ async fn a_cut_leaves_the_command_running_and_the_rerun_takes_its_outcome() {
         .unwrap();
     let first = {
         let cmd = cmd.clone();
-        tokio::spawn(async move { c.exec(&ExecRequest::new(cmd)).await })
+        tokio::spawn(async move { c.exec(&ExecRequest::new(cmd).step("cut")).await })
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     while !started.exists() {
@@ -127,7 +128,10 @@ async fn a_cut_leaves_the_command_running_and_the_rerun_takes_its_outcome() {
     let c = SshClient::connect(&config, &target, &sshd.pins())
         .await
         .unwrap();
-    let out = c.exec(&ExecRequest::new(cmd.clone())).await.unwrap();
+    let out = c
+        .exec(&ExecRequest::new(cmd.clone()).step("cut"))
+        .await
+        .unwrap();
     assert_eq!(out.status, Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "start\nfinished\n");
     assert_eq!(
@@ -135,8 +139,8 @@ async fn a_cut_leaves_the_command_running_and_the_rerun_takes_its_outcome() {
         "ran\n",
         "ran once"
     );
-    // Collected: the next run of the command is a new run.
-    c.exec(&ExecRequest::new(cmd)).await.unwrap();
+    // Collected: the next run of the step is a new run.
+    c.exec(&ExecRequest::new(cmd).step("cut")).await.unwrap();
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\nran\n");
 }
 
@@ -155,7 +159,7 @@ async fn a_second_client_of_a_running_command_waits_for_it() {
     let b = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
         .await
         .unwrap();
-    let req = ExecRequest::new(cmd);
+    let req = ExecRequest::new(cmd).step("wait");
     let first = a.exec(&req);
     let second = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -171,11 +175,10 @@ async fn a_second_client_of_a_running_command_waits_for_it() {
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n", "one run");
 }
 
-/// Runs `cmd` (which takes a while) and returns its run key: the name of its record
+/// Runs `req` (which takes a while) and returns its run key: the name of its record
 /// while it runs in `dir`.
-async fn key_of(c: &SshClient, dir: &Path, cmd: &str) -> String {
-    let req = ExecRequest::new(cmd);
-    let run = c.exec(&req);
+async fn key_of(c: &SshClient, dir: &Path, req: &ExecRequest) -> String {
+    let run = c.exec(req);
     let look = async {
         loop {
             let found = std::fs::read_dir(dir).ok().and_then(|d| {
@@ -220,7 +223,8 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
     let d = tempfile::tempdir().unwrap();
     let count = d.path().join("count");
     let cmd = format!("sleep 1; echo ran >> {}; echo out", count.display());
-    let key = key_of(&c, &dir, &cmd).await;
+    let req = ExecRequest::new(&cmd).step("restart");
+    let key = key_of(&c, &dir, &req).await;
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n");
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let mut live = std::process::Command::new("sleep")
@@ -243,7 +247,7 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
         format!("{} 1 {} {} {now}\n", live.id(), boot.trim(), live.id()),
     )
     .unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(60), c.exec(&ExecRequest::new(&cmd)))
+    let out = tokio::time::timeout(Duration::from_secs(60), c.exec(&req))
         .await
         .expect("a rerun does not wait for a reused pid")
         .unwrap();
@@ -261,7 +265,7 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
         ),
     )
     .unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(60), c.exec(&ExecRequest::new(&cmd)))
+    let out = tokio::time::timeout(Duration::from_secs(60), c.exec(&req))
         .await
         .expect("a rerun does not wait for a run of another boot")
         .unwrap();
@@ -269,7 +273,7 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\nran\nran\n");
     // The run directory gone (a restart emptied /run): made again, the command runs.
     std::fs::remove_dir_all(&dir).unwrap();
-    c.exec(&ExecRequest::new(&cmd)).await.unwrap();
+    c.exec(&req).await.unwrap();
     assert_eq!(count_lines(&count), 4);
     let _ = live.kill();
     let _ = live.wait();
@@ -451,7 +455,8 @@ async fn the_same_command_run_again_at_once_runs_again() {
         .unwrap();
     let d = tempfile::tempdir().unwrap();
     let count = d.path().join("count");
-    let req = ExecRequest::new(format!("echo ran >> {0}; wc -l < {0}", count.display()));
+    let req =
+        ExecRequest::new(format!("echo ran >> {0}; wc -l < {0}", count.display())).step("again");
     // Each run is collected before the next starts: none may take the previous run's
     // outcome (its records being removed) as its own.
     for i in 1..=5 {
@@ -554,12 +559,12 @@ async fn collected_runs_go_with_their_supervisor_and_a_rerun_runs_once() {
     let d = tempfile::tempdir().unwrap();
     let count = d.path().join("count");
     let cmd = format!("sleep 1; echo ran >> {0}; wc -l < {0}", count.display());
+    let req = ExecRequest::new(&cmd).step("collected");
     let keeper = connect().await.unwrap();
-    let key = key_of(&keeper, &dir, &cmd).await;
+    let key = key_of(&keeper, &dir, &req).await;
     // Collected, its records kept while its supervisor lives: two clients running the
     // command again at once run it once, and both get that run's outcome.
     let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
-    let req = ExecRequest::new(&cmd);
     let (x, y) = tokio::join!(a.exec(&req), b.exec(&req));
     let (x, y) = (x.unwrap(), y.unwrap());
     assert_eq!(x.stdout, b"2\n");
@@ -595,7 +600,12 @@ async fn runs_collected_by_a_killed_supervisor_go_with_the_next_one() {
     let c = SshClient::connect(&config, &sshd.target(), &sshd.pins())
         .await
         .unwrap();
-    let key = key_of(&c, &dir, "sleep 1; echo one").await;
+    let key = key_of(
+        &c,
+        &dir,
+        &ExecRequest::new("sleep 1; echo one").step("orphan"),
+    )
+    .await;
     // The supervisor that collected it is killed with a command of its own that
     // times out (its process group goes): it cannot remove what it collected.
     let marker = format!("bssh-orphan-{}", support::unique());
@@ -639,7 +649,7 @@ async fn a_supervisor_killed_by_someone_else_says_so_and_the_rerun_runs_again() 
         n = count.display(),
         s = started.display()
     );
-    let req = ExecRequest::new(&cmd);
+    let req = ExecRequest::new(&cmd).step("killed");
     let run = c.exec(&req);
     let kill = async {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -662,7 +672,7 @@ async fn a_supervisor_killed_by_someone_else_says_so_and_the_rerun_runs_again() 
     assert!(e.is_retryable(), "{e}");
     assert!(e.to_string().contains("killed"), "{e}");
     // The connection's supervisor goes on; the run without an outcome is run again.
-    c.exec(&ExecRequest::new(&cmd)).await.unwrap();
+    c.exec(&req).await.unwrap();
     assert_eq!(count_lines(&count), 2);
 }
 
@@ -687,5 +697,106 @@ async fn bursts_leave_only_a_few_supervisors_within_sshds_session_limit() {
             let out = out.unwrap_or_else(|e| panic!("round {round}, {i}: {e}"));
             assert_eq!(out.stdout, format!("{round}-{i}\n").into_bytes());
         }
+    }
+}
+
+/// Appends a line to `count`, then waits (30 s at most) until `count` holds two lines:
+/// two runs of it finish only together, so two clients' runs overlap.
+fn meet(count: &Path) -> String {
+    format!(
+        "echo ran >> {n}; i=0; while [ \"$(wc -l < {n})\" -lt 2 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo \"$$\"",
+        n = count.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_commands_without_a_step_key_from_two_clients_both_run() {
+    let sshd = Sshd::start();
+    let (config, target, pins) = (sshd.config(), sshd.target(), sshd.pins());
+    let connect = || SshClient::connect(&config, &target, &pins);
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    // The same read from two replicas at once (a claim file, say): each its own run,
+    // each its own output. Sharing a run, the second waited for the first, which waited
+    // for the second's line.
+    let req = ExecRequest::new(meet(&count));
+    let (x, y) = tokio::join!(a.exec(&req), b.exec(&req));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!((x.status, y.status), (Some(0), Some(0)));
+    assert_eq!(count_lines(&count), 2, "both ran");
+    assert_ne!(x.stdout, y.stdout, "each got its own run's output");
+    // From one client at once too.
+    std::fs::remove_file(&count).unwrap();
+    let (x, y) = tokio::join!(a.exec(&req), a.exec(&req));
+    assert_ne!(x.unwrap().stdout, y.unwrap().stdout);
+    assert_eq!(count_lines(&count), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_client_is_killed_its_step_is_adopted_and_a_command_without_a_key_runs_again() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join("runs");
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let (target, pins) = (sshd.target(), sshd.pins());
+    let connect = || SshClient::connect(&config, &target, &pins);
+    let d = tempfile::tempdir().unwrap();
+    let cmd = |name: &str| {
+        let p = d.path();
+        format!(
+            "echo ran >> {p}/{name}; touch {p}/{name}-started; sleep 2; echo done >> {p}/{name}-end; wc -l < {p}/{name}",
+            p = p.display()
+        )
+    };
+    let step = ExecRequest::new(cmd("step")).step("layer/1");
+    let read = ExecRequest::new(cmd("read"));
+    // Two controllers, killed while their commands run: their futures and clients
+    // dropped, their connections gone.
+    let mut killed = Vec::new();
+    for req in [step.clone(), read.clone()] {
+        let c = connect().await.unwrap();
+        killed.push(tokio::spawn(async move { c.exec(&req).await }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(d.path().join("step-started").exists() && d.path().join("read-started").exists()) {
+        assert!(Instant::now() < deadline, "never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for task in &killed {
+        task.abort();
+    }
+    // Both finish on the machine, uncollected.
+    while !(d.path().join("step-end").exists() && d.path().join("read-end").exists()) {
+        assert!(Instant::now() < deadline, "never finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = connect().await.unwrap();
+    // The step run again by a new controller takes over the outcome: run once.
+    let out = c.exec(&step).await.unwrap();
+    assert_eq!(out.stdout, b"1\n");
+    assert_eq!(count_lines(&d.path().join("step")), 1, "the step ran once");
+    // The command without a key is not given the earlier call's answer: it runs.
+    let out = c.exec(&read).await.unwrap();
+    assert_eq!(out.stdout, b"2\n", "a new run, a new answer");
+    assert_eq!(count_lines(&d.path().join("read")), 2);
+    c.close().await;
+    // Nobody would collect the killed controller's run without a key: its records go
+    // with a later supervisor, once the one that ran it is dead.
+    loop {
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('u'))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left: {left:?}");
+        let c = connect().await.unwrap();
+        c.exec(&ExecRequest::new("true")).await.unwrap();
+        c.close().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
