@@ -239,21 +239,6 @@ if [ -e "$R/.sweep" ] && ! [ -L "$R" ] && [ -O "$R" ]; then
   done
   [ -z "$K" ] || sweep "$K"
 fi
-# Runs without a step key (named u...) are never run again under their key: once the
-# supervisor that ran one is dead (its client cut, the supervisor killed, the machine
-# restarted), nobody collects it, and its records go with the next agent.
-if [ -d "$R" ] && ! [ -L "$R" ] && [ -O "$R" ]; then
-  set --
-  for x in "$R"/u*.run; do
-    [ -e "$x" ] || continue
-    r=; read -r r 2>/dev/null < "$x"
-    [ -n "$r" ] || continue
-    alive $r && continue
-    f=${x%.run}
-    set -- "$@" "$f.st" "$f.rc" "$f.out" "$f.err" "$f.w" "$f.ok" "$f.t" "$x"
-  done
-  [ $# = 0 ] || rm -f -- "$@" 2>/dev/null
-fi
 # The keys of the runs this agent collected: removed when it ends.
 K=
 while IFS= read -r h; do
@@ -269,6 +254,11 @@ while IFS= read -r h; do
   case $w in
     run)
       k=$3 m=$4 now=$5 c= e=; eval "$L"; ( run ); s=$?
+      if [ $s != 3 ] && [ $s != 0 ]; then
+        # A run without a step key (u...) is never run again under its key: one its
+        # client did not collect (a cut while it delivered) goes now, with its records.
+        case $k in u*) f=$R/$k; r=; read -r r 2>/dev/null < "$f.run"; [ "$r" = "$A $now" ] && gone "$f.ok" ;; esac
+      fi
       if [ $s = 3 ]; then K="$K $k"
       elif [ $s -ge 128 ]; then
         # Its subshell died: a cut while it delivered (SIGPIPE) leaves a finished run

@@ -43,8 +43,8 @@
 //!   on the same machine is the same run. A request without one gets a new name
 //!   (`u...`) for every call, so identical commands at once (replicas reading one claim
 //!   file) each run, and a read run again never takes an earlier call's outcome; a
-//!   later supervisor removes such a run's records once the supervisor that ran it is
-//!   dead (nobody else would collect them).
+//!   supervisor that could not deliver such a run (the connection cut) removes its
+//!   records, as nobody else would collect them.
 //! - **Records**: `<key>.run` (the supervisor's pid, start time, boot id, process group
 //!   and the client's clock at the start; created with noclobber, so of two supervisors
 //!   of one key exactly one runs the command), `<key>.out` / `<key>.err` (the last

@@ -102,7 +102,7 @@ impl Supervision {
         }
         let digest = h.finalize();
         // A run without a step key is marked `u` (never a hex digit): nobody runs its
-        // key again, so the next supervisor removes its records once its own is dead.
+        // key again, so its supervisor removes a run it could not deliver.
         let key = match req.step {
             Some(_) => crate::upload::hex(&digest[..16]),
             None => format!("u{}", &crate::upload::hex(&digest[..16])[1..]),

@@ -781,8 +781,8 @@ async fn after_a_client_is_killed_its_step_is_adopted_and_a_command_without_a_ke
     assert_eq!(out.stdout, b"2\n", "a new run, a new answer");
     assert_eq!(count_lines(&d.path().join("read")), 2);
     c.close().await;
-    // Nobody would collect the killed controller's run without a key: its records go
-    // with a later supervisor, once the one that ran it is dead.
+    // Nobody would collect the killed controller's run without a key: its supervisor,
+    // which could not deliver it, removes its records.
     loop {
         let left: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
@@ -794,9 +794,6 @@ async fn after_a_client_is_killed_its_step_is_adopted_and_a_command_without_a_ke
             break;
         }
         assert!(Instant::now() < deadline, "left: {left:?}");
-        let c = connect().await.unwrap();
-        c.exec(&ExecRequest::new("true")).await.unwrap();
-        c.close().await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
