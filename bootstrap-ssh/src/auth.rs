@@ -32,16 +32,25 @@ enum Method {
 impl Auth {
     /// A private key in OpenSSH or PEM format read from `path`, decrypted with
     /// `passphrase` when it is encrypted. An unreadable, malformed or encrypted key
-    /// without its passphrase is an invalid-spec error on the field `auth.key`.
+    /// without its passphrase, and anything but a regular file of at most
+    /// [`machine_core::MAX_USER_FILE_BYTES`] (a FIFO, `/dev/zero`), is an invalid-spec
+    /// error on the field `auth.key`.
     pub fn key_file(path: impl AsRef<Path>, passphrase: Option<SecretString>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        // A regular file of bounded size: a FIFO or /dev/zero named by mistake is an
+        // error, not a hang or an exhausted memory.
+        let bytes =
+            machine_core::read_user_file("auth.key", path, machine_core::MAX_USER_FILE_BYTES)
+                .map_err(|e| {
+                    Error::invalid_spec("auth.key", format!("private key {}", e.message()))
+                })?;
+        let text = SecretString::from(String::from_utf8(bytes).map_err(|_| {
             Error::invalid_spec(
                 "auth.key",
-                format!("cannot read private key {}: {e}", path.display()),
+                format!("private key {}: is not text", path.display()),
             )
-        })?;
-        Self::decode(&text, passphrase, path.display().to_string())
+        })?);
+        Self::decode(text.expose_secret(), passphrase, path.display().to_string())
     }
 
     /// A private key held in memory (the text of an OpenSSH or PEM key file).

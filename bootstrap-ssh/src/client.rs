@@ -14,9 +14,8 @@ use russh::keys::PublicKeyOrCertificate;
 use crate::auth::authenticate;
 use crate::config::{SshConfig, SshTarget};
 use crate::errors::{io_error, ssh_error};
-use crate::exec::{Stdin, run};
 use crate::hostkeys::{HostKeyPin, HostKeyPolicy, preferred, verify_presented};
-use crate::supervisor::Supervision;
+use crate::supervisor::{Pool, Supervision};
 
 /// The russh callback object: checks the server's key against the policy and keeps the
 /// reason for a refusal, which russh itself reduces to "unknown key".
@@ -65,6 +64,8 @@ pub struct SshClient {
     command_timeout: Option<Duration>,
     sudo: bool,
     run_dir: Option<String>,
+    /// Idle supervisors on their channels, for the next requests.
+    pool: Pool,
     // Keeps the tunnel's carrier connection open as long as this one.
     _jump: Option<Arc<SshClient>>,
 }
@@ -228,6 +229,7 @@ impl SshClient {
             command_timeout: config.command_timeout,
             sudo: config.sudo,
             run_dir: config.run_dir.clone(),
+            pool: Pool::default(),
             _jump: jump,
         })
     }
@@ -246,7 +248,7 @@ impl SshClient {
     async fn supervised(&self, request: &ExecRequest) -> Result<ExecOutput> {
         let req = self.prepare(request);
         let sup = Supervision::new(&self.peer, &self.target.user, self.run_dir.as_deref(), &req);
-        crate::supervisor::run(&self.handle, &self.peer, &sup, &req).await
+        crate::supervisor::run(&self.handle, &self.pool, &self.peer, &sup, &req).await
     }
 
     /// The target this client is connected to.
@@ -264,8 +266,11 @@ impl SshClient {
         self.handle.is_closed()
     }
 
-    /// Closes the connection politely.
+    /// Closes the connection politely: the idle supervisors are told to end (their
+    /// stdin ends) and waited for, briefly, so that sshd reaps them before the
+    /// connection goes.
     pub async fn close(&self) {
+        self.pool.shut().await;
         let _ = self
             .handle
             .disconnect(russh::Disconnect::ByApplication, "bye", "en")
@@ -281,14 +286,30 @@ impl SshClient {
         req
     }
 
-    /// Runs `request` with `stdin` fed to the command.
-    pub(crate) async fn exec_with_stdin(
+    /// Sends a `put` or `get` request to a supervisor (see `supervisor::transfer`),
+    /// as root when the config says so, bounded by the config's command timeout.
+    pub(crate) async fn transfer(
         &self,
-        request: &ExecRequest,
-        stdin: Stdin<'_>,
-    ) -> Result<ExecOutput> {
-        let req = self.prepare(request);
-        run(&self.handle, &self.peer, &req, stdin).await
+        what: &str,
+        head: (&str, &str),
+        assignments: &[(&str, &str)],
+        content: Option<&[u8]>,
+        room: usize,
+    ) -> Result<crate::supervisor::Reply> {
+        let dir = crate::supervisor::run_dir(&self.target.user, self.run_dir.as_deref(), self.sudo);
+        crate::supervisor::transfer(
+            &self.handle,
+            &self.pool,
+            &self.peer,
+            (&dir, self.sudo),
+            what,
+            head,
+            assignments,
+            content,
+            room,
+            self.command_timeout,
+        )
+        .await
     }
 }
 
@@ -296,8 +317,9 @@ impl SshClient {
 impl Transport for SshClient {
     /// Runs the command under a supervisor on the machine that owns it: a timeout
     /// kills its whole process group, a cut connection leaves it running, and the same
-    /// command again on the same machine waits for it (or takes over its outcome)
-    /// instead of starting another. See the crate documentation.
+    /// step again on the same machine (the same [`ExecRequest::step`] key) waits for it
+    /// (or takes over its outcome) instead of starting another; a request without a
+    /// key is a run of its own. See the crate documentation.
     async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput> {
         self.supervised(request).await
     }

@@ -1,27 +1,11 @@
-//! Running one command on a channel: exit status, bounded output (the tail is kept),
-//! each line streamed into tracing, a timeout, and optional stdin. Uploads and reads
-//! run here directly; commands run under the supervisor (`supervisor.rs`), which uses
-//! the same bounded buffers and log.
+//! What comes back from a command: bounded tails of its output, its secrets masked,
+//! logged line by line; the supervisor (`supervisor.rs`) uses these for every request.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
-use machine_core::{Error, ExecOutput, ExecRequest, Result};
-use russh::ChannelMsg;
-use russh::client::Handle;
+use machine_core::{ExecOutput, ExecRequest, ExposeSecret};
 
-use crate::client::{ClientHandler, humantime_secs};
-use crate::errors::{connection_lost, ssh_error};
 use crate::text::shown;
-
-/// What to feed the command on standard input.
-#[derive(Clone, Copy)]
-pub(crate) enum Stdin<'a> {
-    /// Nothing: stdin is closed at once.
-    None,
-    /// These bytes, then end of file.
-    Bytes(&'a [u8]),
-}
 
 /// Lines longer than this are logged cut, so one huge line cannot grow the log buffer.
 const MAX_LOG_LINE: usize = 4096;
@@ -81,93 +65,131 @@ impl Tail {
     }
 }
 
+/// The request's secret environment values, for masking what the machine sends back
+/// before anything is kept, logged or quoted in an error ([`ExecRequest::mask_output`]:
+/// a command that echoes its token must not put it anywhere).
+pub(crate) struct Masker {
+    /// The request's environment alone (no command), `None` when it has none.
+    secrets: Option<ExecRequest>,
+    /// What `mask_output` masks: each value, and each line of a multi-line one.
+    patterns: Vec<Vec<u8>>,
+    /// The longest secret value: bytes kept beyond a bound so that a secret crossing the
+    /// cut is still whole when masked, and only then cut.
+    pub(crate) slack: usize,
+}
+
+impl Masker {
+    pub(crate) fn new(req: &ExecRequest) -> Self {
+        let mut patterns: Vec<Vec<u8>> = Vec::new();
+        for (_, value) in &req.env {
+            let value = value.expose_secret();
+            patterns.push(value.as_bytes().to_vec());
+            patterns.extend(value.lines().map(|l| l.as_bytes().to_vec()));
+        }
+        patterns.retain(|p| p.len() >= machine_core::MIN_MASKED_LEN);
+        let slack = patterns.iter().map(Vec::len).max().unwrap_or(0);
+        let secrets = (!req.env.is_empty()).then(|| {
+            let mut secrets = ExecRequest::new("");
+            secrets.env = req.env.clone();
+            secrets
+        });
+        Masker {
+            secrets,
+            patterns,
+            slack,
+        }
+    }
+
+    /// `bytes` with the secrets masked.
+    pub(crate) fn bytes(&self, bytes: Vec<u8>) -> Vec<u8> {
+        match &self.secrets {
+            None => bytes,
+            Some(s) => {
+                let mut out = ExecOutput::new(None, bytes, Vec::new());
+                s.mask_output(&mut out);
+                out.stdout
+            }
+        }
+    }
+
+    /// The last `max` bytes of the stream whose tail is `window` (kept `slack` bytes
+    /// longer than `max`), masked. The raw window's start may fall inside a secret (the
+    /// machine or [`Tail`] cut there), so it is never shown: only what follows the
+    /// window's last `max` bytes' start is masked and kept, that start moved back to
+    /// the beginning of any secret crossing it, so that secret is masked whole.
+    pub(crate) fn tail(&self, window: Vec<u8>, max: usize) -> Vec<u8> {
+        let mut start = window.len().saturating_sub(max);
+        if self.secrets.is_some() && start > 0 {
+            loop {
+                let crossing = self
+                    .patterns
+                    .iter()
+                    .filter_map(|p| {
+                        let from = (start + 1).saturating_sub(p.len());
+                        window[from..(start + p.len()).min(window.len())]
+                            .windows(p.len())
+                            .position(|w| w == p.as_slice())
+                            .map(|at| from + at)
+                            .filter(|at| *at < start)
+                    })
+                    .min();
+                match crossing {
+                    Some(at) => start = at,
+                    None => break,
+                }
+            }
+        }
+        let mut kept = self.bytes(window[start..].to_vec());
+        kept.drain(..kept.len().saturating_sub(max));
+        kept
+    }
+}
+
+/// The outcome of a command whose streams' tails are `stdout` and `stderr` (each kept
+/// up to [`Masker::slack`] bytes longer than `max`): the last `max` bytes of each, the
+/// secrets masked whole even where the bound cut them; truncated when either was longer.
+pub(crate) fn masked_tails(
+    mask: &Masker,
+    status: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    max: usize,
+) -> ExecOutput {
+    let cut = stdout.len() > max || stderr.len() > max;
+    ExecOutput::new(status, mask.tail(stdout, max), mask.tail(stderr, max)).with_truncated(cut)
+}
+
 /// Lines logged per stream and command; the rest is counted in one summary line, so
 /// the log stays bounded whatever the command prints (the kept tail is in the output).
 const MAX_LOG_LINES: usize = 100;
 
-/// Splits a stream into lines for tracing, holding at most one partial line, and logs at
-/// most [`MAX_LOG_LINES`] of them, then a summary of what was left out. Control
-/// characters are shown escaped.
-pub(crate) struct LineLog {
-    partial: Vec<u8>,
-    /// Lines starting with this are not logged (the supervisor's status line).
-    hide: Option<String>,
-    stream: &'static str,
-    on: bool,
-    logged: usize,
-    skipped_lines: u64,
-    skipped_bytes: u64,
-}
-
-impl LineLog {
-    pub(crate) fn new(stream: &'static str, hide: Option<String>) -> Self {
-        LineLog {
-            partial: Vec::new(),
-            hide,
-            stream,
-            on: tracing::enabled!(tracing::Level::DEBUG),
-            logged: 0,
-            skipped_lines: 0,
-            skipped_bytes: 0,
-        }
+/// Logs what a command printed (already masked), line by line at debug level: at most
+/// [`MAX_LOG_LINES`] lines of each stream, each cut to [`MAX_LOG_LINE`] bytes, then a
+/// summary of what was left out. Control characters are shown escaped.
+pub(crate) fn log_output(peer: &str, out: &ExecOutput) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
     }
-
-    pub(crate) fn push(&mut self, peer: &str, data: &[u8]) {
-        if !self.on {
-            return;
+    for (stream, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+        let mut lines = bytes.split(|b| *b == b'\n');
+        if bytes.ends_with(b"\n") {
+            lines.next_back();
         }
-        if self.logged >= MAX_LOG_LINES {
-            self.skipped_bytes += data.len() as u64;
-            self.skipped_lines += data.iter().filter(|b| **b == b'\n').count() as u64;
-            return;
-        }
-        let mut rest = data;
-        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
-            self.take(&rest[..i]);
-            self.emit(peer);
-            rest = &rest[i + 1..];
-            if self.logged >= MAX_LOG_LINES {
-                self.skipped_bytes += rest.len() as u64;
-                self.skipped_lines += rest.iter().filter(|b| **b == b'\n').count() as u64;
-                return;
+        let (mut skipped_lines, mut skipped_bytes) = (0u64, 0u64);
+        for (i, line) in lines.enumerate() {
+            if i >= MAX_LOG_LINES {
+                skipped_lines += 1;
+                skipped_bytes += line.len() as u64 + 1;
+                continue;
             }
+            let line = shown(&line[..line.len().min(MAX_LOG_LINE)]);
+            tracing::debug!(peer, stream, "{line}");
         }
-        self.take(rest);
-    }
-
-    fn take(&mut self, bytes: &[u8]) {
-        let room = MAX_LOG_LINE.saturating_sub(self.partial.len());
-        self.partial
-            .extend_from_slice(&bytes[..bytes.len().min(room)]);
-    }
-
-    fn emit(&mut self, peer: &str) {
-        let hidden = self
-            .hide
-            .as_ref()
-            .is_some_and(|h| self.partial.starts_with(h.as_bytes()));
-        if !hidden {
-            let line = shown(&self.partial);
-            tracing::debug!(peer, stream = self.stream, "{line}");
-        }
-        self.partial.clear();
-        self.logged += 1;
-    }
-
-    pub(crate) fn finish(&mut self, peer: &str) {
-        if !self.on {
-            return;
-        }
-        if !self.partial.is_empty() {
-            self.emit(peer);
-        }
-        if self.skipped_bytes > 0 {
+        if skipped_lines > 0 {
             tracing::debug!(
                 peer,
-                stream = self.stream,
-                "{} more lines ({} bytes) not logged",
-                self.skipped_lines,
-                self.skipped_bytes
+                stream,
+                "{skipped_lines} more lines ({skipped_bytes} bytes) not logged"
             );
         }
     }
@@ -184,132 +206,27 @@ pub(crate) fn label(command: &str) -> String {
     }
 }
 
-/// Runs `req` (already adjusted for sudo and the default timeout) on a new channel.
-pub(crate) async fn run(
-    handle: &Handle<ClientHandler>,
-    peer: &str,
-    req: &ExecRequest,
-    stdin: Stdin<'_>,
-) -> Result<ExecOutput> {
-    // Secret environment values go over stdin, never on the command line.
-    let machine_core::RemoteShell {
-        line, stdin_prefix, ..
-    } = req.remote_shell()?;
-    let env_input = (!stdin_prefix.is_empty()).then_some(stdin_prefix);
-    let channel = handle.channel_open_session().await.map_err(|e| {
-        if handle.is_closed() {
-            connection_lost(peer, "opening a channel")
-        } else {
-            ssh_error(peer, e)
-        }
-    })?;
-    let (mut reader, writer) = channel.split();
-    tracing::debug!(peer, command = %req.command, sudo = req.sudo, "exec");
-    writer
-        .exec(true, line)
-        .await
-        .map_err(|_| connection_lost(peer, "starting a command"))?;
-
-    let feed = async {
-        if let Some(env) = &env_input {
-            writer.data(env.as_slice()).await?;
-        }
-        if let Stdin::Bytes(bytes) = stdin {
-            writer.data(bytes).await?;
-        }
-        writer.eof().await
-    };
-    let collect = async {
-        let mut out = Tail::new(req.max_output);
-        let mut err = Tail::new(req.max_output);
-        let mut out_log = LineLog::new("stdout", None);
-        let mut err_log = LineLog::new("stderr", None);
-        let mut status = None;
-        let mut finished = false;
-        let (mut out_bytes, mut err_bytes) = (0u64, 0u64);
-        while let Some(msg) = reader.wait().await {
-            match msg {
-                ChannelMsg::Data { data } => {
-                    out_bytes += data.len() as u64;
-                    out_log.push(peer, &data);
-                    out.push(&data);
-                }
-                ChannelMsg::ExtendedData { data, ext: 1 } => {
-                    err_bytes += data.len() as u64;
-                    err_log.push(peer, &data);
-                    err.push(&data);
-                }
-                ChannelMsg::ExitStatus { exit_status } => {
-                    status = Some(exit_status as i32);
-                    finished = true;
-                }
-                ChannelMsg::ExitSignal { signal_name, .. } => {
-                    tracing::debug!(peer, command = %req.command, signal = ?signal_name, "killed by a signal");
-                    finished = true;
-                }
-                ChannelMsg::Failure => {
-                    return Err(Error::permanent(format!(
-                        "{peer}: the server refused to run {}",
-                        label(&req.command)
-                    )));
-                }
-                ChannelMsg::Close => break,
-                _ => {}
-            }
-        }
-        out_log.finish(peer);
-        err_log.finish(peer);
-        tracing::debug!(peer, command = %label(&req.command), ?status, stdout_bytes = out_bytes, stderr_bytes = err_bytes, "exec finished");
-        if !finished {
-            return Err(connection_lost(
-                peer,
-                &format!("running {}", label(&req.command)),
-            ));
-        }
-        let truncated = out.cut || err.cut;
-        Ok(ExecOutput::new(status, out.into_vec(), err.into_vec()).with_truncated(truncated))
-    };
-    let both = async {
-        // Feed and collect together: a command may write before it has read all its input.
-        // The channel's end ends both: input still waiting for window space when the
-        // session or connection died would otherwise wait forever.
-        tokio::pin!(feed);
-        tokio::pin!(collect);
-        let mut fed_ok = None;
-        let out = loop {
-            tokio::select! {
-                fed = &mut feed, if fed_ok.is_none() => fed_ok = Some(fed.is_ok()),
-                collected = &mut collect => break collected?,
-            }
-        };
-        if fed_ok == Some(false) && out.status.is_none() {
-            return Err(connection_lost(peer, "sending input"));
-        }
-        Ok(out)
-    };
-    match req.timeout {
-        None => both.await,
-        Some(limit) => match tokio::time::timeout(limit, both).await {
-            Ok(res) => res,
-            Err(_) => {
-                let _ = writer.close().await;
-                Err(timed_out(peer, &req.command, limit))
-            }
-        },
-    }
-}
-
-fn timed_out(peer: &str, command: &str, limit: Duration) -> Error {
-    Error::timeout(format!(
-        "{peer}: {} did not finish within {}; its channel was closed (its input ends, so the upload or read stops and leaves nothing behind)",
-        label(command),
-        humantime_secs(limit)
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_the_bound_cuts_is_masked_whole_and_a_cut_start_never_shown() {
+        let req = ExecRequest::new("x").env("T", machine_core::SecretString::from("SECRETVALUE"));
+        let m = Masker::new(&req);
+        assert_eq!(m.slack, 11);
+        // The last 4 bytes fall inside the secret: it is masked whole instead.
+        assert_eq!(m.tail(b"ab SECRETVALUE\n".to_vec(), 4), b"***\n");
+        // A window the machine cut inside a secret: the part before the kept bytes'
+        // start is never shown, even when the kept bytes shrink.
+        assert_eq!(m.tail(b"VALUE SECRETVALUE!".to_vec(), 6), b"***!");
+        assert_eq!(m.tail(b"ETVALUE and more".to_vec(), 8), b"and more");
+        // No secrets: a plain tail.
+        let none = Masker::new(&ExecRequest::new("x"));
+        assert_eq!(none.tail(b"0123456789".to_vec(), 3), b"789");
+        let out = masked_tails(&m, Some(1), b"SECRETVALUE".to_vec(), b"e".to_vec(), 20);
+        assert_eq!((out.stdout.as_slice(), out.truncated), (&b"***"[..], false));
+    }
 
     #[test]
     fn tail_keeps_the_last_bytes() {

@@ -406,16 +406,20 @@ fn known_hosts_path(policy: &HostKeyPolicy) -> Result<PathBuf> {
     }
 }
 
-/// Reads a known_hosts file; a missing one is empty, as for OpenSSH.
+/// The largest known_hosts file read: far more than a fleet's (a line is 100 to 800
+/// bytes), and a bound all the same (`/dev/zero` named as the file is refused).
+const MAX_KNOWN_HOSTS_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Reads a known_hosts file; a missing one is empty, as for OpenSSH. Anything but a
+/// regular file under [`MAX_KNOWN_HOSTS_BYTES`] (a FIFO, a device, a directory) is
+/// refused on the field `known_hosts` (machine-core's [`machine_core::read_user_file`]).
 fn load(path: &Path) -> Result<KnownHosts> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(KnownHosts::parse(&String::from_utf8_lossy(&bytes))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(KnownHosts::default()),
-        Err(e) => Err(
-            Error::permanent(format!("reading known_hosts {}: {e}", path.display()))
-                .with_field("known_hosts"),
-        ),
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(KnownHosts::default()),
+        _ => {}
     }
+    let bytes = machine_core::read_user_file("known_hosts", path, MAX_KNOWN_HOSTS_BYTES)?;
+    Ok(KnownHosts::parse(&String::from_utf8_lossy(&bytes)))
 }
 
 fn revoked_error(peer: &str, offered: &str, path: &Path, line: usize) -> Error {

@@ -35,7 +35,9 @@ kill -KILL "-$g" 2>/dev/null
 i=0
 while members; [ "$cnt" -gt 0 ] && [ $i -lt 50 ]; do nap; i=$((i+1)); done
 if [ "$cnt" = 0 ]; then
-  rm -f -- "$f.run" "$f.out" "$f.err" "$f.rc" "$f.st"
+  rm -f -- "$f.run" "$f.out" "$f.err" "$f.rc" "$f.st" "$f.w"
+  # The runs its supervisor had collected are left: the next supervisor removes them.
+  { : > "$R/.sweep"; } 2>/dev/null
   echo "killed $g$before"
 else
   echo "left $g$list"

@@ -15,44 +15,70 @@
 //! Every command runs under a supervisor on the machine that owns it (see "Commands on
 //! the machine" below): a timeout kills its whole
 //! process group and says what it killed, a cut connection leaves it running, and the
-//! same command again on the same machine (a retry, a rerun of the step) waits for it or
-//! takes over its outcome instead of starting it twice.
+//! same step again on the same machine (a request with the same
+//! [`machine_core::ExecRequest::step`] key: a retry, a rerun of the step) waits for it
+//! or takes over its outcome instead of starting it twice.
 //!
 //! The SSH protocol is russh's (pure Rust, aws-lc-rs crypto), kept behind this crate's
 //! own types.
 //!
 //! # Commands on the machine
 //!
-//! A small POSIX sh supervisor is sent with every command (coreutils or busybox, no
-//! GNU-only flag) and outlives the SSH session:
+//! A small POSIX sh supervisor (coreutils or busybox, no GNU-only flag) runs on a
+//! channel of its own for as long as the connection lives and serves the connection's
+//! requests one at a time over its stdin: commands, uploads and file reads. The
+//! session, the login shell and the supervisor's shell are paid once per channel, not
+//! once per command. A connection keeps up to two idle supervisors (plain and through
+//! sudo each); concurrent requests each take one or start another, so every command
+//! still has a process group of its own; [`SshClient::close`] ends them. Commands run
+//! with the login's umask, with stdin from `/dev/null`, and outlive the SSH session:
 //!
 //! - **Run directory**: `/run/bootstrap-ssh` for root (and sudo), else
 //!   `/tmp/bootstrap-ssh-<user>` (or [`SshConfig::with_run_dir`]); mode 0700,
 //!   owned by that user, refused when it is a link or another user's. Nothing is
 //!   executed from it, so a `noexec` mount is fine.
-//! - **Run key**: a run is named by a hash of the target (`host:port`), the command and
-//!   the names of its environment variables. That is a step's identity: the same
-//!   command again on the same machine is the same step.
+//! - **Run key**: a request with a step key ([`machine_core::ExecRequest::step`]) is
+//!   named by a hash of the target (`host:port`), the user (root for sudo), the step
+//!   key, the command and the names of its environment variables: the same step again
+//!   on the same machine is the same run. A request without one gets a new name
+//!   (`u...`) for every call, so identical commands at once (replicas reading one claim
+//!   file) each run, and a read run again never takes an earlier call's outcome; a
+//!   supervisor that could not deliver such a run (the connection cut) removes its
+//!   records, as nobody else would collect them.
 //! - **Records**: `<key>.run` (the supervisor's pid, start time, boot id, process group
 //!   and the client's clock at the start; created with noclobber, so of two supervisors
 //!   of one key exactly one runs the command), `<key>.out` / `<key>.err` (the last
 //!   `max_output` bytes of each stream, through `tail -c`: bounded whatever the command
 //!   prints, and a full disk fails the log, never the command), `<key>.rc` (its exit
 //!   status, written over a placeholder) and `<key>.st` (the end, an empty file: a disk
-//!   the logs filled cannot lose the outcome).
+//!   the logs filled cannot lose the outcome). Once a client has the outcome the run
+//!   is marked collected (`<key>.ok`, naming the supervisor) and its logs emptied,
+//!   with shell builtins; the supervisor removes its collected runs' files when it
+//!   ends (one `rm` per connection instead of one per command), or the next run of
+//!   the key does, under the key's lock (`<key>.t`, noclobber). Runs collected by a
+//!   supervisor that a timeout killed are removed by the next one.
+//! - **Secrets**: the request's secret environment values reach the command over
+//!   stdin, never its command line; whatever the command prints of them (each value,
+//!   and each line of a multi-line one) is masked (`***`, machine-core's
+//!   [`machine_core::ExecRequest::mask_output`]) before the output is returned,
+//!   logged or quoted in an error. The machine keeps the longest value's length more
+//!   than `max_output`, so a value the bound cuts is masked whole, never shown in part.
 //! - **A cut connection** leaves the command running (its input is /dev/null, its
 //!   output goes to the logs, never to the session). The records stay until a client
-//!   has read the outcome: the next run of the same key (the composer's and the
+//!   has read the outcome: the next run of the same step key (the composer's and the
 //!   runner's retries, or any rerun of the step) waits for a live run, or takes over
 //!   the outcome of a finished one (finished in this boot, started less than an hour
-//!   ago by the client's clock), instead of starting another.
+//!   ago by the client's clock), instead of starting another. A request without a step
+//!   key run again is a new run.
 //! - **A timeout** kills the run's whole process group by the recorded id, from a new
 //!   channel, checks in `/proc` that none of it is left, and says what it killed (or
 //!   what still runs). SSH signal requests are not used: sshd refuses them for root.
-//!   The process group is the session sshd made for the command's channel (sshd
-//!   starts every command with `setsid`); POSIX sh cannot make a new one portably
-//!   (`set -m` needs a terminal in dash and busybox), so the supervisor is killed with
-//!   its command and the killer removes the records.
+//!   The process group is the session sshd made for the supervisor's channel (sshd
+//!   starts every channel's command with `setsid`), which runs one command at a
+//!   time; POSIX sh cannot make a new group portably (`set -m` needs a terminal in
+//!   dash and busybox), so the supervisor is killed with its command, the client
+//!   closes its channel, and the killer removes the records; the next request starts
+//!   another supervisor.
 //! - **A restart of the machine** (boot id changed, `/run` emptied) or a supervisor
 //!   killed by someone else (its pid gone or reused: start time changed) leaves a run
 //!   without an outcome: the next run of the key runs the command again (a client

@@ -1,31 +1,25 @@
-//! Files over the exec channel: an upload streams the content to `cat` on the machine,
-//! into a file in a private temporary directory beside the target, checks its SHA-256
-//! there, sets owner and mode, then renames it over the target: a reader never sees half
-//! a file, a corrupted one never replaces a good one, and links planted by other users
-//! of the directory are never written through (see [`upload_script`]).
+//! Files through the connection's supervisor (`put` and `get` of `agent.sh`): an upload
+//! streams the content into a file in a private temporary directory beside the target,
+//! checks its SHA-256 there, sets owner and mode, then renames it over the target: a
+//! reader never sees half a file, a corrupted one never replaces a good one, and links
+//! planted by other users of the directory are never written through (see
+//! [`put_request`]).
 //!
-//! Why not SFTP: one channel and one round trip per file instead of an SFTP session,
-//! and it goes through `sudo` like every command, which an SFTP server running as the
-//! login user cannot do for root-owned paths.
+//! Why not SFTP: one request on a supervisor the connection already has instead of an
+//! SFTP session, and it goes through `sudo` like every command, which an SFTP server
+//! running as the login user cannot do for root-owned paths.
 
-use machine_core::{Error, ExecRequest, FileUpload, Result};
+use machine_core::{Error, FileUpload, Result};
 use sha2::{Digest, Sha256};
 
 use crate::client::SshClient;
-use crate::exec::Stdin;
 
-/// Exit status of the upload script when the checksum on the machine differs.
+/// Exit status of an upload when the checksum on the machine differs.
 const CHECKSUM_MISMATCH: i32 = 97;
-/// Exit status of the read script when the file does not exist.
+/// Exit status of a read when the file does not exist.
 const NOT_FOUND: i32 = 96;
-/// Exit status of the read script when the file is larger than the bound.
+/// Exit status of a read when the file is larger than the bound.
 const TOO_LARGE: i32 = 95;
-
-fn quote(field: &str, s: &str) -> Result<String> {
-    shlex::try_quote(s)
-        .map(|q| q.into_owned())
-        .map_err(|_| Error::invalid_spec(field, "holds a NUL byte"))
-}
 
 fn check_path(path: &str) -> Result<()> {
     if !path.starts_with('/') || path.ends_with('/') || path.contains('\0') {
@@ -37,8 +31,8 @@ fn check_path(path: &str) -> Result<()> {
     Ok(())
 }
 
-/// The shell script that receives the content on stdin, run as `me` (the login user,
-/// or root through sudo).
+/// The `put` request for `file` (header arguments: length and umask; assignments),
+/// done on the machine as `me` (the login user, or root through sudo).
 ///
 /// The directory is resolved one component at a time from `/` (`cd -P`, creating what
 /// is missing): a symbolic link is followed only when root or `me` owns it (systemd's
@@ -54,11 +48,17 @@ fn check_path(path: &str) -> Result<()> {
 /// directory; owner and mode are set there (a mode without execute or special bits is
 /// the creation mode, through the umask, so no `chmod`), and the file is renamed over
 /// the final name (`mv -T`: a symlink there is replaced, never written through).
-/// Private directories left by uploads whose shell died (a dropped connection) are
-/// removed by the next upload of the same file; a shell that is a zombie counts as
-/// dead. Programs: mkdir, cat, sha256sum, mv, rmdir (chmod, chown when needed; ls for
-/// a link on the way): coreutils or busybox.
-fn upload_script(file: &FileUpload, sha256: &str, me: &str, token: &str) -> Result<String> {
+/// Private directories left by uploads whose supervisor died (a dropped connection)
+/// are removed by the next upload of the same file; a zombie counts as dead.
+/// Programs: mkdir, head, sha256sum, mv, rmdir (chmod, chown when needed; ls for a link
+/// on the way): coreutils or busybox.
+#[allow(clippy::type_complexity)]
+fn put_request(
+    file: &FileUpload,
+    sha256: &str,
+    me: &str,
+    token: &str,
+) -> Result<(String, Vec<(&'static str, String)>)> {
     check_path(&file.path)?;
     if file.mode > 0o7777 {
         return Err(Error::invalid_spec(
@@ -66,7 +66,7 @@ fn upload_script(file: &FileUpload, sha256: &str, me: &str, token: &str) -> Resu
             format!("{:#o} is not a permission mode", file.mode),
         ));
     }
-    let chown = match &file.owner {
+    let owner = match &file.owner {
         Some(owner) => {
             if owner.is_empty() || owner.starts_with('-') || owner.chars().any(char::is_whitespace)
             {
@@ -75,7 +75,7 @@ fn upload_script(file: &FileUpload, sha256: &str, me: &str, token: &str) -> Resu
                     format!("{owner:?} is not user or user:group"),
                 ));
             }
-            format!("chown -- {} data\n", quote("owner", owner)?)
+            owner.clone()
         }
         None => String::new(),
     };
@@ -83,7 +83,7 @@ fn upload_script(file: &FileUpload, sha256: &str, me: &str, token: &str) -> Resu
     let (umask, chmod) = if file.mode & 0o7111 == 0 {
         (0o777 & !file.mode, String::new())
     } else {
-        (0o077, format!("chmod {:o} data\n", file.mode))
+        (0o077, format!("{:o}", file.mode))
     };
     let (dir, base) = file.path.rsplit_once('/').unwrap_or(("", &file.path));
     if dir.split('/').any(|c| c == "..") {
@@ -92,72 +92,23 @@ fn upload_script(file: &FileUpload, sha256: &str, me: &str, token: &str) -> Resu
             format!("{:?} holds a .. component", file.path),
         ));
     }
-    Ok(format!(
-        r#"set -e
-p={dir}
-b={base}
-me={me}
-fail() {{ printf '%s\n' "$*" >&2; exit 1; }}
-enter() {{
-  cd -P -- "$1" 2>/dev/null && return 0
-  [ -x "$1" ] || fail "cannot enter $D/$1: Permission denied"
-  fail "cannot enter $D/$1"
-}}
-cd /
-D=
-r=${{p#/}}
-while [ -n "$r" ]; do
-  c=${{r%%/*}}
-  case $r in */*) r=${{r#*/}} ;; *) r= ;; esac
-  case $c in ''|.) continue ;; esac
-  if [ -L "$c" ]; then
-    set -- $(ls -ld -- "$c")
-    [ "$3" = root ] || [ "$3" = "$me" ] || fail "refused: $D/$c is a symbolic link owned by $3, not by root or $me: it could point the upload anywhere"
-    enter "$c"
-  else
-    o=
-    [ -e "$c" ] || o=$(mkdir -- "$c" 2>&1) || [ -d "$c" ] || fail "cannot make the directory $D/$c: $o"
-    [ -d "$c" ] || fail "$D/$c is not a directory"
-    enter "$c"
-    [ "$PWD" = "$D/$c" ] || fail "refused: $D/$c turned into a link to $PWD while the path was resolved"
-  fi
-  D=$PWD
-done
-[ -n "$D" ] || D=/
-alive() {{
-  kill -0 "$1" 2>/dev/null || return 1
-  s=; read -r s 2>/dev/null < "/proc/$1/stat" || return 0
-  s=${{s##*) }}
-  [ "${{s%% *}}" != Z ]
-}}
-for x in ."$b".bssh-*; do
-  [ -d "$x" ] && [ ! -L "$x" ] && [ -O "$x" ] || continue
-  o=${{x#."$b".bssh-}}; o=${{o%%.*}}
-  alive "$o" || rm -rf -- "$x" 2>/dev/null || true
-done
-umask 077
-t=".$b.bssh-$$.{token}"
-mkdir -m 700 -- "$t" || fail "cannot make the private upload directory $D/$t"
-f=
-trap 'cd / && {{ [ -z "$f" ] || rm -f -- "$D/$t/$f"; rmdir -- "$D/$t" 2>/dev/null || true; }}' EXIT
-trap 'exit 1' HUP INT TERM PIPE
-cd -P -- "$t"
-[ "$PWD" = "${{D%/}}/$t" ] && [ -O . ] || fail "the private upload directory $D/$t was replaced by another user"
-f=data
-umask {umask:03o}
-set -C
-cat > data
-set +C
-s=$(sha256sum < data)
-s=${{s%% *}}
-if [ "$s" != {sha256} ]; then echo "checksum mismatch: the machine has $s, {sha256} was sent" >&2; exit {CHECKSUM_MISMATCH}; fi
-{chown}{chmod}mv -fT -- data "../$b"
-f=
-"#,
-        dir = quote("path", if dir.is_empty() { "/" } else { dir })?,
-        base = quote("path", base)?,
-        me = quote("user", me)?,
+    Ok((
+        format!("{} {umask:03o}", file.content.len()),
+        vec![
+            ("p", if dir.is_empty() { "/" } else { dir }.to_owned()),
+            ("b", base.to_owned()),
+            ("me_", me.to_owned()),
+            ("tok", token.to_owned()),
+            ("sha", sha256.to_owned()),
+            ("own", owner),
+            ("mo", chmod),
+        ],
     ))
+}
+
+/// The assignments as `transfer` takes them.
+fn borrowed<'a>(assignments: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
+    assignments.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
 pub(crate) async fn upload(client: &SshClient, file: &FileUpload) -> Result<()> {
@@ -176,25 +127,30 @@ pub(crate) async fn upload(client: &SshClient, file: &FileUpload) -> Result<()> 
         .as_bytes(),
     ))[..16]
         .to_owned();
-    let script = upload_script(file, &sha256, me, &token)?;
-    let mut req = ExecRequest::new(script);
-    req.max_output = 64 * 1024;
-    let out = client
-        .exec_with_stdin(&req, Stdin::Bytes(&file.content))
+    let (args, assignments) = put_request(file, &sha256, me, &token)?;
+    let what = format!("upload {}", file.path);
+    let reply = client
+        .transfer(
+            &what,
+            ("put", &args),
+            &borrowed(&assignments),
+            Some(&file.content),
+            64 * 1024,
+        )
         .await?;
-    match out.status {
-        Some(0) => {
+    match reply.status {
+        0 => {
             tracing::debug!(target = %client.target(), path = %file.path, bytes = file.content.len(), %sha256, "uploaded");
             Ok(())
         }
-        Some(CHECKSUM_MISMATCH) => Err(Error::transient(format!(
+        CHECKSUM_MISMATCH => Err(Error::transient(format!(
             "upload of {} to {}: {}",
             file.path,
             client.target(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            crate::text::shown(&reply.stderr).trim()
         ))),
-        _ => out
-            .check(&format!("upload {}", file.path))
+        status => machine_core::ExecOutput::new(Some(status), Vec::new(), reply.stderr)
+            .check(&what)
             .map(drop)
             .map_err(|e| e.context(client.target())),
     }
@@ -206,23 +162,30 @@ pub(crate) async fn read_file(
     max_bytes: usize,
 ) -> Result<Option<Vec<u8>>> {
     check_path(path)?;
-    let p = quote("path", path)?;
-    let script = format!(
-        "p={p}\n[ -e \"$p\" ] || exit {NOT_FOUND}\nn=$(wc -c < \"$p\") || exit 1\nif [ \"$n\" -gt {max_bytes} ]; then echo \"$n bytes\" >&2; exit {TOO_LARGE}; fi\nexec cat \"$p\"\n"
-    );
-    let mut req = ExecRequest::new(script);
-    req.max_output = max_bytes.max(1);
-    let out = client.exec_with_stdin(&req, Stdin::None).await?;
-    match out.status {
-        Some(0) => Ok(Some(out.stdout)),
-        Some(NOT_FOUND) => Ok(None),
-        Some(TOO_LARGE) => Err(Error::permanent(format!(
-            "{}: {path} holds {} , more than the {max_bytes} bytes allowed",
-            client.target(),
-            String::from_utf8_lossy(&out.stderr).trim()
+    let what = format!("read {path}");
+    let reply = client
+        .transfer(
+            &what,
+            ("get", &max_bytes.to_string()),
+            &[("p", path)],
+            None,
+            max_bytes.max(1),
+        )
+        .await?;
+    match reply.status {
+        0 if reply.stdout.len() <= max_bytes => Ok(Some(reply.stdout)),
+        0 => Err(Error::permanent(format!(
+            "{}: {path} grew over the {max_bytes} bytes allowed while it was read",
+            client.target()
         ))),
-        _ => out
-            .check(&format!("read {path}"))
+        NOT_FOUND => Ok(None),
+        TOO_LARGE => Err(Error::permanent(format!(
+            "{}: {path} holds {}, more than the {max_bytes} bytes allowed",
+            client.target(),
+            crate::text::shown(&reply.stderr).trim()
+        ))),
+        status => machine_core::ExecOutput::new(Some(status), Vec::new(), reply.stderr)
+            .check(&what)
             .map(|_| None)
             .map_err(|e| e.context(client.target())),
     }
@@ -244,9 +207,9 @@ mod tests {
 
     #[test]
     fn bad_uploads_name_the_field() {
-        let e = upload_script(&FileUpload::new("etc/x", "a"), "00", "root", "t").unwrap_err();
+        let e = put_request(&FileUpload::new("etc/x", "a"), "00", "root", "t").unwrap_err();
         assert_eq!(e.field(), Some("path"));
-        let e = upload_script(
+        let e = put_request(
             &FileUpload::new("/etc/x", "a").mode(0o17777),
             "00",
             "root",
@@ -257,21 +220,35 @@ mod tests {
         let mut f = FileUpload::new("/etc/x", "a");
         f.owner = Some("-R root".into());
         assert_eq!(
-            upload_script(&f, "00", "root", "t").unwrap_err().field(),
+            put_request(&f, "00", "root", "t").unwrap_err().field(),
             Some("owner")
         );
+        let e = put_request(&FileUpload::new("/a/../x", "a"), "00", "root", "t").unwrap_err();
+        assert_eq!(e.field(), Some("path"));
     }
 
     #[test]
-    fn script_quotes_the_path() {
-        let path = "/tmp/it's $(here) `x`";
-        let s = upload_script(&FileUpload::new(path, "a"), "abcdef0123", "root", "t").unwrap();
-        let d = s.lines().nth(1).unwrap();
-        let b = s.lines().nth(2).unwrap();
+    fn the_request_quotes_the_path() {
+        let path = "/tmp/it's $(here) `x`\nnext line";
+        let (args, assignments) = put_request(
+            &FileUpload::new(path, "abc").mode(0o640),
+            "abcdef0123",
+            "root",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(args, "3 137");
+        let message = crate::supervisor::request("put x 3 137", &borrowed(&assignments)).unwrap();
+        let message = String::from_utf8(message).unwrap();
+        let (head, lines) = message.split_once('\n').unwrap();
+        assert_eq!(
+            head.rsplit(' ').next(),
+            Some(lines.matches('\n').count().to_string().as_str())
+        );
         let out = std::process::Command::new("sh")
-            .args(["-c", &format!("{d}; {b}; printf '%s/%s' \"$p\" \"$b\"")])
+            .args(["-c", &format!("{lines}printf '%s/%s' \"$p\" \"$b\"")])
             .output()
             .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), path, "{d} {b}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), path, "{lines}");
     }
 }

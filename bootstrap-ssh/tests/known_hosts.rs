@@ -302,3 +302,70 @@ async fn a_missing_known_hosts_file_is_named_as_missing() {
     );
     assert!(!msg.contains("is unknown"), "{msg}");
 }
+
+/// Runs `f` on a thread of its own and waits for it at most a minute (it takes
+/// milliseconds): reading a FIFO waits for a writer for ever, and the test must fail
+/// rather than hang.
+fn on_a_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("still blocked after a minute: the file was read as it is (a FIFO waits for a writer for ever)")
+}
+
+#[test]
+fn known_hosts_and_key_files_must_be_regular_files_of_bounded_size() {
+    let sshd = Sshd::start();
+    let fifo = sshd.dir.path().join("fifo");
+    run("mkfifo", &[fifo.to_str().unwrap()]);
+    let big = sshd.dir.path().join("big");
+    std::fs::write(&big, vec![b'#'; 1024 * 1024 + 1]).unwrap();
+    for path in [Path::new("/dev/zero"), fifo.as_path()] {
+        // known_hosts: refused naming the field and the file, before anything runs.
+        let config = verify_with(&sshd, path);
+        let target = sshd.target();
+        let e = on_a_thread(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(runs(&config, &target)).unwrap_err()
+        });
+        assert_eq!(e.field(), Some("known_hosts"), "{path:?}: {e}");
+        assert!(
+            e.to_string().contains("not a regular file")
+                && e.to_string().contains(path.to_str().unwrap()),
+            "{e}"
+        );
+        // A private key file: refused on auth.key.
+        let p = path.to_path_buf();
+        let e = on_a_thread(move || bootstrap_ssh::Auth::key_file(p, None).unwrap_err());
+        assert_eq!(e.field(), Some("auth.key"), "{path:?}: {e}");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+    // Over the bound: a key file of more than 1 MiB is no key.
+    let e = bootstrap_ssh::Auth::key_file(&big, None).unwrap_err();
+    assert!(
+        e.field() == Some("auth.key") && e.to_string().contains("bound"),
+        "{e}"
+    );
+    // The same sshd with a real known_hosts file: the refusals were the files'.
+    let kh = sshd.dir.path().join("known_hosts");
+    std::fs::write(
+        &kh,
+        format!("[127.0.0.1]:{} {}\n", sshd.port, sshd.host_key_pub),
+    )
+    .unwrap();
+    let config = verify_with(&sshd, &kh);
+    let target = sshd.target();
+    on_a_thread(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(runs(&config, &target))
+    })
+    .unwrap();
+}

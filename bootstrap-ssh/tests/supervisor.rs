@@ -1,7 +1,8 @@
 //! The supervisor that owns every command on the machine, against real sshd: a timeout
 //! kills the whole process group (as root, where sshd refuses signal requests, and as
-//! another user), a cut connection leaves the command running and the rerun takes its
-//! outcome, a second client of the same command waits for the first run, and the
+//! another user), a cut connection leaves the command running and the rerun of the step
+//! takes its outcome, a second client of the same step waits for the first run, the same
+//! command without a step key is a run of its own every time, and the
 //! supervisor's own failure modes: a full disk, a noexec /tmp, a restarted machine
 //! (boot id changed) and a reused pid.
 
@@ -14,9 +15,10 @@ use bootstrap_ssh::{SshClient, SshTarget};
 use machine_core::{ErrorKind, ExecRequest, Transport};
 use support::{Netns, Sshd, SshdOptions, TempUser, processes_with};
 
-/// Waits until no process with `marker` in its command line is left, for at most 10 s.
+/// Waits until no process with `marker` in its command line is left, for at most 60 s
+/// (the killer waits for them; generous for a slow, busy machine).
 fn assert_all_gone(marker: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let left = processes_with(marker);
         if left.is_empty() {
@@ -106,15 +108,16 @@ async fn a_cut_leaves_the_command_running_and_the_rerun_takes_its_outcome() {
         .unwrap();
     let first = {
         let cmd = cmd.clone();
-        tokio::spawn(async move { c.exec(&ExecRequest::new(cmd)).await })
+        tokio::spawn(async move { c.exec(&ExecRequest::new(cmd).step("cut")).await })
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !started.exists() {
         assert!(Instant::now() < deadline, "never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     net.link(0, false);
-    let e = tokio::time::timeout(Duration::from_secs(20), first)
+    // Keepalive drops the link after about 3 s; ten times that is the bound.
+    let e = tokio::time::timeout(Duration::from_secs(30), first)
         .await
         .expect("the cut is noticed by keepalive")
         .unwrap()
@@ -125,7 +128,10 @@ async fn a_cut_leaves_the_command_running_and_the_rerun_takes_its_outcome() {
     let c = SshClient::connect(&config, &target, &sshd.pins())
         .await
         .unwrap();
-    let out = c.exec(&ExecRequest::new(cmd.clone())).await.unwrap();
+    let out = c
+        .exec(&ExecRequest::new(cmd.clone()).step("cut"))
+        .await
+        .unwrap();
     assert_eq!(out.status, Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "start\nfinished\n");
     assert_eq!(
@@ -133,8 +139,8 @@ async fn a_cut_leaves_the_command_running_and_the_rerun_takes_its_outcome() {
         "ran\n",
         "ran once"
     );
-    // Collected: the next run of the command is a new run.
-    c.exec(&ExecRequest::new(cmd)).await.unwrap();
+    // Collected: the next run of the step is a new run.
+    c.exec(&ExecRequest::new(cmd).step("cut")).await.unwrap();
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\nran\n");
 }
 
@@ -153,7 +159,7 @@ async fn a_second_client_of_a_running_command_waits_for_it() {
     let b = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
         .await
         .unwrap();
-    let req = ExecRequest::new(cmd);
+    let req = ExecRequest::new(cmd).step("wait");
     let first = a.exec(&req);
     let second = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -169,11 +175,10 @@ async fn a_second_client_of_a_running_command_waits_for_it() {
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n", "one run");
 }
 
-/// Runs `cmd` (which takes a while) and returns its run key: the name of its record
+/// Runs `req` (which takes a while) and returns its run key: the name of its record
 /// while it runs in `dir`.
-async fn key_of(c: &SshClient, dir: &Path, cmd: &str) -> String {
-    let req = ExecRequest::new(cmd);
-    let run = c.exec(&req);
+async fn key_of(c: &SshClient, dir: &Path, req: &ExecRequest) -> String {
+    let run = c.exec(req);
     let look = async {
         loop {
             let found = std::fs::read_dir(dir).ok().and_then(|d| {
@@ -189,13 +194,21 @@ async fn key_of(c: &SshClient, dir: &Path, cmd: &str) -> String {
     };
     let (out, key) = tokio::join!(run, look);
     out.unwrap();
-    // Collected: the supervisor removes the records right after the client's word.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while dir.join(format!("{key}.run")).exists() {
-        assert!(Instant::now() < deadline, "records of {key} left");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Collected: marked so before the client has its outcome (the records go when the
+    // supervisor ends, or with the next run of the key).
+    assert!(dir.join(format!("{key}.ok")).exists(), "{key} collected");
     key
+}
+
+/// Leaves only the record of run `key` in `dir`: a run in progress, as a supervisor that
+/// died (or a machine that restarted) leaves it.
+fn in_progress(dir: &Path, key: &str) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(key) && name != format!("{key}.run") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,7 +223,8 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
     let d = tempfile::tempdir().unwrap();
     let count = d.path().join("count");
     let cmd = format!("sleep 1; echo ran >> {}; echo out", count.display());
-    let key = key_of(&c, &dir, &cmd).await;
+    let req = ExecRequest::new(&cmd).step("restart");
+    let key = key_of(&c, &dir, &req).await;
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n");
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let mut live = std::process::Command::new("sleep")
@@ -227,12 +241,13 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
     let record = dir.join(format!("{key}.run"));
     // A reused pid: the recorded supervisor's pid now belongs to another process
     // (another start time). The rerun must not wait for that process.
+    in_progress(&dir, &key);
     std::fs::write(
         &record,
         format!("{} 1 {} {} {now}\n", live.id(), boot.trim(), live.id()),
     )
     .unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(20), c.exec(&ExecRequest::new(&cmd)))
+    let out = tokio::time::timeout(Duration::from_secs(60), c.exec(&req))
         .await
         .expect("a rerun does not wait for a reused pid")
         .unwrap();
@@ -240,6 +255,7 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\nran\n");
     // A restarted machine: the record's process is alive with its start time, but the
     // boot id differs (a pid of the previous boot).
+    in_progress(&dir, &key);
     std::fs::write(
         &record,
         format!(
@@ -249,7 +265,7 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
         ),
     )
     .unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(20), c.exec(&ExecRequest::new(&cmd)))
+    let out = tokio::time::timeout(Duration::from_secs(60), c.exec(&req))
         .await
         .expect("a rerun does not wait for a run of another boot")
         .unwrap();
@@ -257,7 +273,7 @@ async fn records_of_a_restarted_machine_or_a_reused_pid_do_not_hold_a_rerun() {
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\nran\nran\n");
     // The run directory gone (a restart emptied /run): made again, the command runs.
     std::fs::remove_dir_all(&dir).unwrap();
-    c.exec(&ExecRequest::new(&cmd)).await.unwrap();
+    c.exec(&req).await.unwrap();
     assert_eq!(count_lines(&count), 4);
     let _ = live.kill();
     let _ = live.wait();
@@ -385,7 +401,7 @@ async fn the_supervisor_runs_on_busybox_sh_and_applets() {
     let out = c
         .exec(
             &ExecRequest::new(
-                "readlink -f \"$(command -v sh)\"; echo \"$TOKEN\"; echo oops >&2; exit 5",
+                "readlink -f \"$(command -v sh)\"; [ \"$TOKEN\" = \"s3 'cr' \\$(et)\" ] && echo got it; echo \"$TOKEN\"; echo oops >&2; exit 5",
             )
             .env("TOKEN", machine_core::SecretString::from("s3 'cr' $(et)")),
         )
@@ -394,7 +410,8 @@ async fn the_supervisor_runs_on_busybox_sh_and_applets() {
     assert_eq!(out.status, Some(5));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "/usr/bin/busybox\ns3 'cr' $(et)\n"
+        "/usr/bin/busybox\ngot it\n***\n",
+        "the command got the value; what it printed of it is masked"
     );
     assert_eq!(out.stderr, b"oops\n");
     let out = c
@@ -414,4 +431,369 @@ async fn the_supervisor_runs_on_busybox_sh_and_applets() {
         .unwrap_err();
     assert!(e.to_string().contains("none is left"), "{e}");
     assert_all_gone(&marker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_command_run_again_at_once_runs_again() {
+    // A machine slow to remove files (an `rm` that takes 0.3 s first in the PATH): the
+    // records of a collected run are still there when the client has its outcome.
+    let slow = tempfile::tempdir().unwrap();
+    let rm = slow.path().join("rm");
+    std::fs::write(&rm, "#!/bin/sh\nsleep 0.3\nexec /bin/rm \"$@\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&rm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let extra = format!(
+        "SetEnv SHLVL=1 PATH={}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        slow.path().display()
+    );
+    let sshd = Sshd::with(SshdOptions {
+        extra: &extra,
+        ..SshdOptions::default()
+    });
+    let c = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    let req =
+        ExecRequest::new(format!("echo ran >> {0}; wc -l < {0}", count.display())).step("again");
+    // Each run is collected before the next starts: none may take the previous run's
+    // outcome (its records being removed) as its own.
+    for i in 1..=5 {
+        let out = c.exec(&req).await.unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            i.to_string(),
+            "run {i}"
+        );
+    }
+}
+
+/// The session (process group leader's session) a command runs in, from its shell's
+/// `/proc/$$/stat`.
+const SESSION: &str = "read -r s < /proc/$$/stat; set -- ${s##*) }; echo $4";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_keeps_its_supervisors_and_a_timeout_kills_only_its_own() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join(format!("runs-{}", support::unique()));
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let c = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    // One after another: the same supervisor, so the same session, serves them all.
+    let mut sessions = std::collections::BTreeSet::new();
+    for i in 0..5 {
+        let out = c
+            .exec(&ExecRequest::new(format!("{SESSION}; : {i}")))
+            .await
+            .unwrap();
+        sessions.insert(String::from_utf8(out.stdout).unwrap());
+    }
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    // At once: each its own supervisor. A timeout kills its own process group, never
+    // the other command's, which finishes.
+    let marker = format!("bssh-own-{}", support::unique());
+    let long = ExecRequest::new(format!("sleep 2; echo survived {marker}"));
+    let doomed = ExecRequest::new(two_sleepers(&marker)).timeout(Duration::from_secs(1));
+    let (long, doomed) = tokio::join!(c.exec(&long), c.exec(&doomed));
+    assert_eq!(doomed.unwrap_err().kind(), ErrorKind::Timeout);
+    assert_eq!(
+        String::from_utf8_lossy(&long.unwrap().stdout),
+        format!("survived {marker}\n")
+    );
+    // The connection goes on: a supervisor is started again where one was killed.
+    let out = c.exec(&ExecRequest::new("echo again")).await.unwrap();
+    assert_eq!(out.stdout, b"again\n");
+    // Closing ends every supervisor: none is left running on the machine.
+    let marker = dir.to_str().unwrap().to_owned();
+    assert!(!processes_with(&marker).is_empty(), "supervisors run");
+    c.close().await;
+    drop(c);
+    assert_all_gone(&marker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_and_uploads_keep_the_login_umask() {
+    let sshd = Sshd::start();
+    let c = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    // sshd, started by this test, passes this process's umask to its sessions.
+    let mine = std::process::Command::new("sh")
+        .args(["-c", "umask"])
+        .output()
+        .unwrap()
+        .stdout;
+    let d = tempfile::tempdir().unwrap();
+    let out = c
+        .exec(&ExecRequest::new(format!(
+            "umask; mkdir {0}/made; touch {0}/made/file",
+            d.path().display()
+        )))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, mine, "the command's umask is the login's");
+    let umask = u32::from_str_radix(String::from_utf8_lossy(&mine).trim(), 8).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&d.path().join("made")), 0o777 & !umask);
+    assert_eq!(mode(&d.path().join("made/file")), 0o666 & !umask);
+    // Directories an upload makes on the way too.
+    let path = d.path().join("up/deep/file");
+    c.upload(&machine_core::FileUpload::new(path.to_str().unwrap(), "x"))
+        .await
+        .unwrap();
+    assert_eq!(mode(&d.path().join("up")), 0o777 & !umask);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collected_runs_go_with_their_supervisor_and_a_rerun_runs_once() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join("runs");
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let (target, pins) = (sshd.target(), sshd.pins());
+    let connect = || SshClient::connect(&config, &target, &pins);
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    let cmd = format!("sleep 1; echo ran >> {0}; wc -l < {0}", count.display());
+    let req = ExecRequest::new(&cmd).step("collected");
+    let keeper = connect().await.unwrap();
+    let key = key_of(&keeper, &dir, &req).await;
+    // Collected, its records kept while its supervisor lives: two clients running the
+    // command again at once run it once, and both get that run's outcome.
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let (x, y) = tokio::join!(a.exec(&req), b.exec(&req));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!(x.stdout, b"2\n");
+    assert_eq!(y.stdout, b"2\n");
+    assert_eq!(count_lines(&count), 2, "one run for both");
+    // Every supervisor ends with its connection and takes the records it collected
+    // along: nothing of the key is left.
+    for c in [keeper, a, b] {
+        c.close().await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&key))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left: {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_collected_by_a_killed_supervisor_go_with_the_next_one() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join("runs");
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let c = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let key = key_of(
+        &c,
+        &dir,
+        &ExecRequest::new("sleep 1; echo one").step("orphan"),
+    )
+    .await;
+    // The supervisor that collected it is killed with a command of its own that
+    // times out (its process group goes): it cannot remove what it collected.
+    let marker = format!("bssh-orphan-{}", support::unique());
+    let e = c
+        .exec(&ExecRequest::new(two_sleepers(&marker)).timeout(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(dir.join(format!("{key}.ok")).exists(), "left collected");
+    // The next supervisor removes runs whose collector is dead.
+    let other = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    other.exec(&ExecRequest::new("true")).await.unwrap();
+    assert!(
+        !dir.join(format!("{key}.run")).exists() && !dir.join(format!("{key}.ok")).exists(),
+        "removed by the next supervisor"
+    );
+}
+
+/// The parent PID of process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_killed_by_someone_else_says_so_and_the_rerun_runs_again() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join(format!("runs-{}", support::unique()));
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let c = SshClient::connect(&config, &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    let started = d.path().join("started");
+    let cmd = format!(
+        "echo ran >> {n}; touch {s}; sleep 2",
+        n = count.display(),
+        s = started.display()
+    );
+    let req = ExecRequest::new(&cmd).step("killed");
+    let run = c.exec(&req);
+    let kill = async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !started.exists() {
+            assert!(Instant::now() < deadline, "never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The run's own shell: a supervisor's child that is a supervisor too.
+        let marker = dir.to_str().unwrap();
+        let shells = processes_with(marker);
+        let run = shells
+            .iter()
+            .find(|p| parent_of(**p).is_some_and(|pp| shells.contains(&pp)))
+            .copied()
+            .expect("the run's shell");
+        support::run("kill", &["-KILL", &run.to_string()]);
+    };
+    let (out, ()) = tokio::join!(run, kill);
+    let e = out.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("killed"), "{e}");
+    // The connection's supervisor goes on; the run without an outcome is run again.
+    c.exec(&req).await.unwrap();
+    assert_eq!(count_lines(&count), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_leave_only_a_few_supervisors_within_sshds_session_limit() {
+    // sshd's default limit of sessions per connection.
+    let sshd = Sshd::with(SshdOptions {
+        extra: "MaxSessions 10",
+        ..SshdOptions::default()
+    });
+    let c = SshClient::connect(&sshd.config(), &sshd.target(), &sshd.pins())
+        .await
+        .unwrap();
+    // Bursts of 8 at once: the supervisors beyond the few kept idle end with their
+    // request, so each burst finds room again.
+    for round in 0..4 {
+        let reqs: Vec<ExecRequest> = (0..8)
+            .map(|i| ExecRequest::new(format!("sleep 0.3; echo {round}-{i}")))
+            .collect();
+        let outs = futures_util::future::join_all(reqs.iter().map(|r| c.exec(r))).await;
+        for (i, out) in outs.into_iter().enumerate() {
+            let out = out.unwrap_or_else(|e| panic!("round {round}, {i}: {e}"));
+            assert_eq!(out.stdout, format!("{round}-{i}\n").into_bytes());
+        }
+    }
+}
+
+/// Appends a line to `count`, then waits (30 s at most) until `count` holds two lines:
+/// two runs of it finish only together, so two clients' runs overlap.
+fn meet(count: &Path) -> String {
+    format!(
+        "echo ran >> {n}; i=0; while [ \"$(wc -l < {n})\" -lt 2 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo \"$$\"",
+        n = count.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_commands_without_a_step_key_from_two_clients_both_run() {
+    let sshd = Sshd::start();
+    let (config, target, pins) = (sshd.config(), sshd.target(), sshd.pins());
+    let connect = || SshClient::connect(&config, &target, &pins);
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let d = tempfile::tempdir().unwrap();
+    let count = d.path().join("count");
+    // The same read from two replicas at once (a claim file, say): each its own run,
+    // each its own output. Sharing a run, the second waited for the first, which waited
+    // for the second's line.
+    let req = ExecRequest::new(meet(&count));
+    let (x, y) = tokio::join!(a.exec(&req), b.exec(&req));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!((x.status, y.status), (Some(0), Some(0)));
+    assert_eq!(count_lines(&count), 2, "both ran");
+    assert_ne!(x.stdout, y.stdout, "each got its own run's output");
+    // From one client at once too.
+    std::fs::remove_file(&count).unwrap();
+    let (x, y) = tokio::join!(a.exec(&req), a.exec(&req));
+    assert_ne!(x.unwrap().stdout, y.unwrap().stdout);
+    assert_eq!(count_lines(&count), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_client_is_killed_its_step_is_adopted_and_a_command_without_a_key_runs_again() {
+    let sshd = Sshd::start();
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join("runs");
+    let config = sshd.config().with_run_dir(dir.to_str().unwrap());
+    let (target, pins) = (sshd.target(), sshd.pins());
+    let connect = || SshClient::connect(&config, &target, &pins);
+    let d = tempfile::tempdir().unwrap();
+    let cmd = |name: &str| {
+        let p = d.path();
+        format!(
+            "echo ran >> {p}/{name}; touch {p}/{name}-started; sleep 2; echo done >> {p}/{name}-end; wc -l < {p}/{name}",
+            p = p.display()
+        )
+    };
+    let step = ExecRequest::new(cmd("step")).step("layer/1");
+    let read = ExecRequest::new(cmd("read"));
+    // Two controllers, killed while their commands run: their futures and clients
+    // dropped, their connections gone.
+    let mut killed = Vec::new();
+    for req in [step.clone(), read.clone()] {
+        let c = connect().await.unwrap();
+        killed.push(tokio::spawn(async move { c.exec(&req).await }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(d.path().join("step-started").exists() && d.path().join("read-started").exists()) {
+        assert!(Instant::now() < deadline, "never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for task in &killed {
+        task.abort();
+    }
+    // Both finish on the machine, uncollected.
+    while !(d.path().join("step-end").exists() && d.path().join("read-end").exists()) {
+        assert!(Instant::now() < deadline, "never finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = connect().await.unwrap();
+    // The step run again by a new controller takes over the outcome: run once.
+    let out = c.exec(&step).await.unwrap();
+    assert_eq!(out.stdout, b"1\n");
+    assert_eq!(count_lines(&d.path().join("step")), 1, "the step ran once");
+    // The command without a key is not given the earlier call's answer: it runs.
+    let out = c.exec(&read).await.unwrap();
+    assert_eq!(out.stdout, b"2\n", "a new run, a new answer");
+    assert_eq!(count_lines(&d.path().join("read")), 2);
+    c.close().await;
+    // Nobody would collect the killed controller's run without a key: its supervisor,
+    // which could not deliver it, removes its records.
+    loop {
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('u'))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left: {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

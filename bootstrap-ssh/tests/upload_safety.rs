@@ -138,14 +138,7 @@ async fn a_user_owning_the_directory_cannot_redirect_root_uploads() {
         vd = victim.path.parent().unwrap().display(),
         v = victim.path.display()
     ));
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let racer = Kill(racer);
+
     let mut failed = 0;
     for i in 0..20 {
         // Big enough that the upload's private directory lives a while.

@@ -265,8 +265,12 @@ impl DecoupledSoftware for StepLayer {
                     }
                 }
                 Step::Run { command } => {
+                    // A step not yet recorded done is run again by a controller that
+                    // crashed: the key lets it adopt the run still going instead.
+                    let request =
+                        ExecRequest::new(command.clone()).step(format!("{}/{}", self.name, hash));
                     transport
-                        .exec(&ExecRequest::new(command.clone()))
+                        .exec(&request)
                         .await?
                         .check(command)
                         .map_err(|e| {

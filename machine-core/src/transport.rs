@@ -35,6 +35,8 @@ pub struct ExecRequest {
     pub timeout: Option<Duration>,
     /// Keep at most this many bytes of stdout and of stderr (the tail is kept).
     pub max_output: usize,
+    /// A stable identity of a resumable step, set with [`ExecRequest::step`].
+    pub step: Option<String>,
 }
 
 impl ExecRequest {
@@ -46,6 +48,7 @@ impl ExecRequest {
             sudo: false,
             timeout: None,
             max_output: DEFAULT_MAX_OUTPUT,
+            step: None,
         }
     }
 
@@ -70,6 +73,19 @@ impl ExecRequest {
     /// Keeps at most `bytes` of stdout and of stderr (the tail).
     pub fn max_output(mut self, bytes: usize) -> Self {
         self.max_output = bytes;
+        self
+    }
+
+    /// Names this request as a resumable step: a stable identity (e.g. a layer's name and
+    /// the step's index) that a controller re-running after a crash gives again. A
+    /// transport that can supervise remote runs lets a later request with the same step
+    /// key (same target and user) adopt the run still going, or its outcome not yet
+    /// collected, instead of starting the command again: right for idempotent steps only.
+    /// Without a key every request is a run of its own (a transport may still resume it
+    /// within the same call after a cut connection); plain reads and probes stay unkeyed,
+    /// so they never get an earlier call's answer.
+    pub fn step(mut self, key: impl Into<String>) -> Self {
+        self.step = Some(key.into());
         self
     }
 
@@ -183,6 +199,7 @@ impl fmt::Debug for ExecRequest {
             .field("sudo", &self.sudo)
             .field("timeout", &self.timeout)
             .field("max_output", &self.max_output)
+            .field("step", &self.step)
             .finish()
     }
 }
@@ -389,6 +406,14 @@ mod tests {
         let plain = ExecRequest::new("echo hi").sudo().remote_shell().unwrap();
         assert_eq!(plain.line, "sudo -n sh -c 'echo hi'");
         assert!(plain.stdin_prefix.is_empty());
+    }
+
+    #[test]
+    fn a_step_key_is_kept_and_shown() {
+        assert_eq!(ExecRequest::new("x").step, None);
+        let req = ExecRequest::new("x").step("layer/3");
+        assert_eq!(req.step.as_deref(), Some("layer/3"));
+        assert!(format!("{req:?}").contains("step: Some(\"layer/3\")"));
     }
 
     #[test]

@@ -273,9 +273,10 @@ impl Sshd {
         }
     }
 
-    /// Waits until sshd listens; its log if it exited or did not listen within 10 s.
+    /// Waits until sshd listens; its log if it exited or did not listen within 60 s
+    /// (it takes milliseconds: generous for a slow, busy machine).
     fn ready(&mut self, netns: Option<&str>) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ok = match netns {
                 // Inside a namespace it may listen on the namespace's own loopback.
@@ -539,14 +540,19 @@ impl TempUser {
     }
 
     /// Starts `script` as this user in the background; killed by PID on drop of the child.
-    pub fn spawn(&self, script: &str) -> Child {
-        Command::new("runuser")
+    /// Runs `script` as this user in a process group of its own, killed whole on drop:
+    /// killing `runuser` alone left its shell running (and spinning) after the test.
+    pub fn spawn(&self, script: &str) -> Group {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new("runuser")
             .args(["-u", &self.name, "--", "sh", "-c", script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
-            .unwrap()
+            .unwrap();
+        Group(child)
     }
 
     pub fn allow_sudo(&self) {
@@ -603,4 +609,55 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
         }
     }
     found
+}
+
+/// A TCP forwarder on a free loopback port in front of `port`, counting the
+/// connections made through it: a test that a failure is not retried counts attempts
+/// instead of timing them. Its threads end with the test process.
+pub struct Counter {
+    pub port: u16,
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Counter {
+    pub fn start(port: u16) -> Counter {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let n = count.clone();
+        let me = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                n.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                    continue;
+                };
+                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    });
+                };
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Counter { port: me, count }
+    }
+
+    /// Connections made so far.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+/// A process group led by a child the test started: killed whole on drop.
+pub struct Group(pub Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.wait();
+    }
 }
