@@ -41,6 +41,7 @@
 //! Providers prove themselves with the [`conformance`] suite; [`decorators`] add
 //! retries, rate limits and injected faults to any provider.
 
+pub mod bootstrap_data;
 mod capabilities;
 mod composer;
 pub mod conditions;

@@ -43,6 +43,48 @@ enum Paced {
     Reboot = 4,
 }
 
+/// The SDK's shared configuration for `config` (region, credentials, one attempt per
+/// call in adaptive mode, timeouts) with requests going to `endpoint` when given.
+/// With the standard chain this reads the environment and the shared config files, but
+/// makes no network call until the first request.
+pub(crate) async fn load(config: &AwsConfig, endpoint: Option<&str>) -> aws_config::SdkConfig {
+    // Adaptive mode is standard mode plus the SDK's client-side rate limiter: after
+    // a throttling answer it paces every later request of this client (CUBIC, as
+    // AWS's SDKs specify), so a fleet stops spending EC2's tokens on requests that
+    // would be refused. It delays sends only; how often a call is retried is still
+    // `sdk_max_attempts`, and the limiter learns from every answer even at 1.
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new(config.region.clone()))
+        .retry_config(RetryConfig::adaptive().with_max_attempts(config.sdk_max_attempts))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(config.connect_timeout)
+                .operation_attempt_timeout(config.attempt_timeout)
+                .build(),
+        )
+        // EC2's answers are small and every attempt has a timeout, which bounds a
+        // stalled answer too; the SDK's throughput watch costs CPU on every call.
+        .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
+    if let Some(url) = endpoint {
+        loader = loader.endpoint_url(url);
+    }
+    if let CredentialSource::Static {
+        access_key_id,
+        secret_access_key,
+        session_token,
+    } = &config.credentials
+    {
+        loader = loader.credentials_provider(Credentials::new(
+            access_key_id,
+            secret_access_key.expose_secret(),
+            session_token.as_ref().map(|t| t.expose_secret().to_owned()),
+            None,
+            "provider-aws-static",
+        ));
+    }
+    loader.load().await
+}
+
 /// Everything RunInstances needs for one machine.
 #[derive(Debug)]
 pub(crate) struct Launch<'a> {
@@ -62,41 +104,7 @@ impl Ec2 {
     /// `config` says. With the standard chain this reads the environment and the shared
     /// config files, but makes no network call until the first request.
     pub(crate) async fn connect(config: &AwsConfig) -> Result<Self> {
-        // Adaptive mode is standard mode plus the SDK's client-side rate limiter: after
-        // a throttling answer it paces every later request of this client (CUBIC, as
-        // AWS's SDKs specify), so a fleet stops spending EC2's tokens on requests that
-        // would be refused. It delays sends only; how often a call is retried is still
-        // `sdk_max_attempts`, and the limiter learns from every answer even at 1.
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .region(Region::new(config.region.clone()))
-            .retry_config(RetryConfig::adaptive().with_max_attempts(config.sdk_max_attempts))
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(config.connect_timeout)
-                    .operation_attempt_timeout(config.attempt_timeout)
-                    .build(),
-            )
-            // EC2's answers are small and every attempt has a timeout, which bounds a
-            // stalled answer too; the SDK's throughput watch costs CPU on every call.
-            .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
-        if let Some(url) = &config.endpoint_url {
-            loader = loader.endpoint_url(url.as_str());
-        }
-        if let CredentialSource::Static {
-            access_key_id,
-            secret_access_key,
-            session_token,
-        } = &config.credentials
-        {
-            loader = loader.credentials_provider(Credentials::new(
-                access_key_id,
-                secret_access_key.expose_secret(),
-                session_token.as_ref().map(|t| t.expose_secret().to_owned()),
-                None,
-                "provider-aws-static",
-            ));
-        }
-        let sdk_config = loader.load().await;
+        let sdk_config = load(config, config.endpoint_url.as_ref().map(|u| u.as_str())).await;
         let ec2_config = aws_sdk_ec2::config::Builder::from(&sdk_config)
             .interceptor(crate::redact::RedactBodies)
             .interceptor(WholeAnswers)

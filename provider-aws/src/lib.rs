@@ -114,6 +114,7 @@
 pub mod config;
 pub mod hostkeys;
 pub mod provider;
+pub mod secrets;
 pub mod settings;
 pub mod tags;
 
@@ -130,4 +131,5 @@ pub use config::{
     AwsConfig, AwsConfigBuilder, ClientTokens, CredentialSource, DEFAULT_INSTANCE_TYPE,
 };
 pub use provider::{AwsProvider, USER_DATA_LIMIT};
+pub use secrets::{SecretsManagerCalls, SecretsManagerSettings, SecretsManagerStore};
 pub use settings::{Ec2Settings, RootVolume};

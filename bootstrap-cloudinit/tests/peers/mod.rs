@@ -13,7 +13,7 @@ const INSTALL: &str = "run scripts/peers/20-cloud-init.sh (or: apt-get install -
 /// The Python cloud-init runs on (it has PyYAML and cloud-init's modules).
 pub const PYTHON: &str = "/usr/bin/python3";
 
-fn need(path: &str) {
+pub fn need(path: &str) {
     assert!(
         std::path::Path::new(path).exists(),
         "{path} is missing: {INSTALL}"

@@ -33,14 +33,16 @@ pub use bootstrap::{BootstrapState, BootstrapStep, Bootstrapper};
 pub use fleet::FleetResult;
 pub use provision::Provisioned;
 
+use crate::bootstrap_data::ByReference;
 use crate::error::{Error, Result};
 use crate::machine::Machine;
+use crate::name::MachineName;
 use crate::observe::EventSink;
 use crate::provisioner::MachineProvisioner;
 use crate::software::{CompletionCheck, CoupledSoftware, DecoupledSoftware, Mode};
 use crate::spec::MachineSpec;
 use crate::transport::Connector;
-use crate::user_data::{self, UserData};
+use crate::user_data::{self, UserData, UserDataFormat, UserDataPart};
 
 /// What to do with a machine whose provisioning failed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -343,6 +345,8 @@ pub struct Composer {
     bootstrapper: Bootstrapper,
     settings: ComposerSettings,
     events: EventSink,
+    /// Where the user data waits when it goes by reference; `None`: inline.
+    by_reference: Option<ByReference>,
 }
 
 impl fmt::Debug for Composer {
@@ -353,6 +357,7 @@ impl fmt::Debug for Composer {
             .field("connector", &self.connector.is_some())
             .field("completion", &self.completion.is_some())
             .field("settings", &self.settings)
+            .field("by_reference", &self.by_reference)
             .finish()
     }
 }
@@ -365,6 +370,7 @@ pub struct ComposerBuilder {
     completion: Option<Arc<dyn CompletionCheck>>,
     settings: ComposerSettings,
     events: Option<EventSink>,
+    by_reference: Option<ByReference>,
 }
 
 impl ComposerBuilder {
@@ -437,6 +443,17 @@ impl ComposerBuilder {
         self
     }
 
+    /// Delivers the user data by reference (see [`crate::bootstrap_data`]): the composed
+    /// user data is put in `delivery`'s store before each create, the machine gets only
+    /// a stub that fetches and verifies it, and the document is withdrawn once the
+    /// bootstrap finished and when the machine is deleted. Needs a completion check when
+    /// there are coupled layers: it is how the composer knows the machine fetched its
+    /// data, and how a stub that could not is reported Failed.
+    pub fn by_reference(mut self, delivery: ByReference) -> Self {
+        self.by_reference = Some(delivery);
+        self
+    }
+
     /// Checks that layer names are unique, decoupled
     /// layers and completion checks have a connector, coupled layers have a provider
     /// that takes user data, and coupled and decoupled layers together have a completion
@@ -496,6 +513,19 @@ impl ComposerBuilder {
                 ),
             ));
         }
+        if let (Some(coupled), Some(by_reference), None) =
+            (first(Mode::Coupled), &self.by_reference, &self.completion)
+        {
+            return Err(Error::invalid_spec(
+                "completion",
+                format!(
+                    "coupled layer {coupled:?} goes by reference through {}: add a completion \
+                     check, so that the document is withdrawn once the machine has it and a \
+                     stub that cannot fetch it is reported Failed",
+                    by_reference.store()
+                ),
+            ));
+        }
         if self.completion.is_some() && self.connector.is_none() {
             return Err(Error::invalid_spec(
                 "completion",
@@ -521,6 +551,7 @@ impl ComposerBuilder {
             completion: self.completion,
             settings: self.settings,
             events: self.events.unwrap_or_default(),
+            by_reference: self.by_reference,
         })
     }
 }
@@ -535,6 +566,7 @@ impl Composer {
             completion: None,
             settings: ComposerSettings::default(),
             events: None,
+            by_reference: None,
         }
     }
 
@@ -556,6 +588,11 @@ impl Composer {
     /// The settings.
     pub fn settings(&self) -> &ComposerSettings {
         &self.settings
+    }
+
+    /// The delivery by reference, when the user data goes by reference.
+    pub fn by_reference(&self) -> Option<&ByReference> {
+        self.by_reference.as_ref()
     }
 
     /// The progress event sink; call `subscribe` on it.
@@ -587,7 +624,30 @@ impl Composer {
     /// two layers, host keys from two layers, ...) is refused here with an invalid-spec
     /// error naming both layers, and `runcmd` stops at its first failed command so that
     /// cloud-init records the failure (see [`user_data::compose`]).
+    ///
+    /// By reference ([`ComposerBuilder::by_reference`]) this is the same document, not
+    /// fitted to the provider's budget (the provider is handed a stub): what cloud-init
+    /// runs on the machine, the store's document plus the completion check's parts,
+    /// which travel in the stub. The machine's coupled revision is this document's.
     pub fn user_data(&self, spec: &MachineSpec) -> Result<Option<UserData>> {
+        let Some(composed) = self.compose(spec)? else {
+            return Ok(None);
+        };
+        if self.by_reference.is_some() {
+            return Ok(Some(composed.assembled));
+        }
+        let Some(delivery) = &self.provider.capabilities().user_data else {
+            return Err(Error::invalid_spec(
+                "userData",
+                format!("{} cannot deliver user data", self.provider),
+            ));
+        };
+        user_data::fit(composed.assembled, &composed.parts, delivery).map(Some)
+    }
+
+    /// Every coupled layer's parts and the completion check's, composed and assembled;
+    /// `None` when no layer has a part.
+    fn compose(&self, spec: &MachineSpec) -> Result<Option<Composed>> {
         let mut by_layer = Vec::new();
         for layer in self.coupled() {
             let name = layer.name();
@@ -600,21 +660,84 @@ impl Composer {
         if by_layer.iter().all(|(_, parts)| parts.is_empty()) {
             return Ok(None);
         }
+        let mut completion_parts = 0;
         if let Some(check) = &self.completion {
-            by_layer.push(("completion check", check.user_data_parts(spec)));
+            let parts = check.user_data_parts(spec);
+            completion_parts = parts.len();
+            by_layer.push(("completion check", parts));
         }
         let parts = user_data::compose(by_layer.iter().map(|(n, p)| (*n, p.as_slice())))?;
         let Some(assembled) = user_data::assemble(&parts)? else {
             return Ok(None);
         };
-        let Some(delivery) = &self.provider.capabilities().user_data else {
-            return Err(Error::invalid_spec(
-                "userData",
-                format!("{} cannot deliver user data", self.provider),
-            ));
-        };
-        user_data::fit(assembled, &parts, delivery).map(Some)
+        Ok(Some(Composed {
+            assembled,
+            parts,
+            completion_parts,
+        }))
     }
+
+    /// The document a store holds for `spec`'s machine (every layer's parts, without the
+    /// completion check's, gzipped when over the store's limit) and the completion
+    /// check's parts, which travel in the stub.
+    fn document(
+        &self,
+        spec: &MachineSpec,
+        store: &dyn crate::bootstrap_data::BootstrapDataStore,
+    ) -> Result<Option<(UserData, Vec<UserDataPart>)>> {
+        let Some(composed) = self.compose(spec)? else {
+            return Ok(None);
+        };
+        let split = composed.parts.len() - composed.completion_parts;
+        let (layers, completion) = composed.parts.split_at(split);
+        let Some(document) = user_data::assemble(layers)? else {
+            return Ok(None);
+        };
+        let budget = crate::UserDataDelivery::new(
+            store.max_bytes(),
+            crate::SizeBasis::Raw,
+            UserDataFormat::ALL.to_vec(),
+        )
+        // Ignition's replace takes no gzip of ours; cloud-init unpacks it.
+        .with_gzip(document.format != UserDataFormat::Ignition);
+        let document = user_data::fit(document, layers, &budget)
+            .map_err(|e| e.context(format_args!("the document for {store}")))?;
+        Ok(Some((document, completion.to_vec())))
+    }
+
+    /// Withdraws from the store every document whose machine does not exist and that was
+    /// stored more than `older_than` ago: what a create abandoned after its put (a crash,
+    /// a dropped future) left. Returns the names withdrawn; nothing without delivery by
+    /// reference.
+    ///
+    /// `older_than` must cover a create in flight in another replica (the time between
+    /// its put and its machine being found): the create deadline is a safe choice.
+    pub async fn sweep_bootstrap_data(&self, older_than: Duration) -> Result<Vec<MachineName>> {
+        let Some(by_reference) = &self.by_reference else {
+            return Ok(Vec::new());
+        };
+        let store = by_reference.store();
+        let now = std::time::SystemTime::now();
+        let mut swept = Vec::new();
+        for doc in store.list().await? {
+            let age = now.duration_since(doc.stored_at).unwrap_or_default();
+            if age < older_than || self.provider.find(&doc.name).await?.is_some() {
+                continue;
+            }
+            store.withdraw(&doc.name).await?;
+            tracing::info!(machine = %doc.name, store = %store, "swept an orphaned bootstrap document");
+            swept.push(doc.name);
+        }
+        Ok(swept)
+    }
+}
+
+/// A composition: every part as inline, assembled, and how many trailing parts are the
+/// completion check's.
+struct Composed {
+    assembled: UserData,
+    parts: Vec<UserDataPart>,
+    completion_parts: usize,
 }
 
 /// Every host key a layer's user data installs is one the layer names in

@@ -8,6 +8,7 @@ use tracing::Instrument;
 
 use super::bootstrap::{BootstrapState, BootstrapStep};
 use super::{Action, Composer, Reconciled};
+use crate::bootstrap_data::{self, ByReference};
 use crate::conditions as C;
 use crate::error::{Error, ErrorKind, Result};
 use crate::machine::{Machine, Phase, ProviderId};
@@ -16,7 +17,7 @@ use crate::observe::{Timeline, TimelineRecorder};
 use crate::revision;
 use crate::spec::MachineSpec;
 use crate::transport::Transport;
-use crate::user_data::UserData;
+use crate::user_data::{self, UserData, UserDataFormat};
 
 /// What a caller of `step` remembers between steps. `reconcile` starts from nothing each
 /// time (level-triggered); `provision` keeps it to save calls and connections.
@@ -119,12 +120,15 @@ impl Composer {
     /// not already going; `machine` is `None` once it is gone.
     pub async fn reconcile_deletion(&self, name: &MachineName) -> Result<Reconciled> {
         let Some(m) = self.provider.find(name).await? else {
+            // Whatever an abandoned create of this name left in the store goes too.
+            self.withdraw(name).await?;
             return Ok(Reconciled {
                 machine: None,
                 action: Action::AwaitChange,
             });
         };
         if m.phase != Phase::Deleting {
+            self.withdraw(name).await?;
             self.provider.delete(&m.provider_id).await?;
             self.events.emit(name, Phase::Deleting, || {
                 format!("deleting {}", m.provider_id)
@@ -165,7 +169,20 @@ impl Composer {
         let (mut m, created_now) = match observed {
             Some(m) => (m, false),
             None => {
-                let user_data = st.user_data.as_ref().and_then(Option::as_ref);
+                let stub;
+                let user_data = match &self.by_reference {
+                    None => st.user_data.as_ref().and_then(Option::as_ref),
+                    Some(by_reference) => {
+                        // Put before the create: an abandoned create leaves a document
+                        // the next put replaces or a sweep withdraws, never a machine
+                        // whose document was never stored.
+                        stub = self
+                            .stub(spec, by_reference)
+                            .instrument(tracing::info_span!("put"))
+                            .await?;
+                        stub.as_ref()
+                    }
+                };
                 // Stamped through the provider, so that any process reads it back.
                 let stamped = spec
                     .clone()
@@ -183,6 +200,7 @@ impl Composer {
         };
         st.timeline.mark(|t| &mut t.created);
         st.provider_id = Some(m.provider_id.clone());
+        self.expect_clients(&m).await?;
         self.add_pinned_host_keys(spec, &mut m)?;
         let previous = st
             .previous
@@ -324,12 +342,100 @@ impl Composer {
                 Ok(_) => break,
             }
         }
+        // The machine has what it fetched: its document goes before the provider's own
+        // withdrawal, and before Ready.
+        self.withdraw(&m.name).await?;
         self.provider
             .bootstrap_finished(m)
             .await
             .map_err(|e| e.context(format_args!("finishing the bootstrap of {}", m.name)))?;
         m.phase = Phase::Ready;
         Ok(Action::AwaitChange)
+    }
+
+    /// Stores `spec`'s document and returns the stub the provider is handed, fitted to
+    /// its budget; `None` when there is no coupled user data.
+    async fn stub(
+        &self,
+        spec: &MachineSpec,
+        by_reference: &ByReference,
+    ) -> Result<Option<UserData>> {
+        let store = by_reference.store();
+        let Some((document, completion)) = self.document(spec, store.as_ref())? else {
+            return Ok(None);
+        };
+        let location = store.put(&spec.name, &document.bytes).await.map_err(|e| {
+            e.context(format_args!(
+                "storing the user data of {} in {store}",
+                spec.name
+            ))
+        })?;
+        let window = by_reference.fetch_window();
+        let stub = if document.format == UserDataFormat::Ignition {
+            if !completion.is_empty() {
+                return Err(Error::invalid_spec(
+                    "completion",
+                    "an Ignition document cannot carry the completion check's parts",
+                ));
+            }
+            bootstrap_data::ignition_stub(&location, &document.bytes, window)?
+        } else {
+            bootstrap_data::cloud_init_stub(&location, &document.bytes, &completion, window)?
+        };
+        let Some(delivery) = &self.provider.capabilities().user_data else {
+            return Err(Error::invalid_spec(
+                "userData",
+                format!("{} cannot deliver user data", self.provider),
+            ));
+        };
+        user_data::fit(stub, &[], delivery)
+            .map(Some)
+            .map_err(|e| e.context("the stub of user data by reference"))
+    }
+
+    /// Tells the store where a booting machine fetches from, when the user data goes by
+    /// reference and the machine reports addresses.
+    async fn expect_clients(&self, m: &Machine) -> Result<()> {
+        let Some(by_reference) = &self.by_reference else {
+            return Ok(());
+        };
+        if !matches!(
+            m.phase,
+            Phase::Pending | Phase::Provisioning | Phase::Provisioned | Phase::Bootstrapping
+        ) {
+            return Ok(());
+        }
+        let ips: Vec<std::net::IpAddr> = m
+            .addresses
+            .iter()
+            .filter_map(|a| a.address.parse().ok())
+            .collect();
+        if ips.is_empty() {
+            return Ok(());
+        }
+        by_reference
+            .store()
+            .expect_clients(&m.name, &ips)
+            .await
+            .map_err(|e| {
+                e.context(format_args!(
+                    "binding the user data of {} to its addresses",
+                    m.name
+                ))
+            })
+    }
+
+    /// Withdraws `name`'s document from the store, when the user data goes by reference.
+    async fn withdraw(&self, name: &MachineName) -> Result<()> {
+        let Some(by_reference) = &self.by_reference else {
+            return Ok(());
+        };
+        let store = by_reference.store();
+        store.withdraw(name).await.map_err(|e| {
+            e.context(format_args!(
+                "withdrawing the user data of {name} from {store}"
+            ))
+        })
     }
 
     /// Adds the host keys coupled layers put on the machine to its access info, so that
