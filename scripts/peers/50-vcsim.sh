@@ -10,7 +10,7 @@
 # and serves until killed. Before printing, it turns the VM named by -template
 # (default DC0_H0_VM1) into a powered-off template, so tests have something to clone.
 #
-# Two changes to Debian's vcsim 0.24.2, made at build time (a -overlay, nothing under
+# Changes to Debian's vcsim 0.24.2, made at build time (a -overlay, nothing under
 # /usr/share/gocode is touched), each what vCenter does and upstream vcsim does since:
 # - ReconfigVM_Task's extraConfig replaces a key set again and removes a key set to "",
 #   as upstream since 0.31 ("vcsim: Fix VM ExtraConfig"); 0.24.2 appends every entry,
@@ -19,6 +19,22 @@
 # - CloneVM_Task takes the clone spec's config.uuid (the BIOS UUID), as upstream since
 #   0.37; 0.24.2 drops it, and derives the UUID from the VM's file path, so a VM made
 #   again under a deleted one's name gets the deleted one's UUID.
+# Three more, in the property collector and views, each upstream's own fix:
+# - A ContainerView adds an object that enters its subtree under the view's lock, as
+#   upstream since 0.44 (5a9567f6, "vcsim: lock ViewManager in RegisterObject
+#   callbacks"). 0.24.2 appends to the view's list unlocked, so two VMs made at once
+#   (two clones) can both read the old list and one of them is lost from the view for
+#   good: a filter over the view never reports it (seen once by provider-vsphere's
+#   tests: a VM cloned by a racing create was missing from the view).
+# - WaitForUpdatesEx registers its collector for updates before it collects the
+#   current state, as upstream since 0.25 (7403b470, "Fix race in simulator's
+#   PropertyCollector"); 0.24.2 collects first, so a change between the two is lost.
+# - WaitForUpdatesEx looks for updates every 20 ms, as upstream since 0.25 (4b59b652);
+#   0.24.2 every 250 ms, so every answer that waits takes at least a quarter second,
+#   where vCenter answers as soon as something changed.
+# And main.go's -vm N makes N VMs per resource pool (two pools: 2N VMs), as upstream
+# vcsim's flag, for benchmarks with a large inventory; it removes its datastore
+# directories when stopped with SIGTERM or SIGINT.
 set -euo pipefail
 
 dest=/opt/vcsim
@@ -73,13 +89,16 @@ func main() {
 	useTLS := flag.Bool("tls", true, "serve https with a self-signed certificate")
 	template := flag.String("template", "DC0_H0_VM1", "VM to power off and mark as a template ('' for none)")
 	appends := flag.Bool("extraconfig-appends", false, "extraConfig entries are appended, never replaced or removed (vcsim 0.24.2 as Debian ships it)")
+	vms := flag.Int("vm", 2, "virtual machines per resource pool (the model has two pools)")
 	flag.Parse()
 	simulator.ExtraConfigAppends = *appends
 
 	model := simulator.VPX()
+	model.Machine = *vms
 	if err := model.Create(); err != nil {
 		fail(err)
 	}
+	defer model.Remove()
 	model.Service.RegisterEndpoints = true
 	model.Service.Listen = &url.URL{Host: *listen}
 	if *useTLS {
@@ -109,6 +128,7 @@ func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
 	<-stop
+	// The deferred Close and Remove run: the datastore directories under $TMPDIR go.
 }
 
 // markTemplate powers the VM off and marks it as a template, as an administrator would.
@@ -212,7 +232,7 @@ GO
 )
 stamp="$main_go
 $extra_config_go
-clone uuid"
+clone uuid, view lock, collector order, 20 ms updates"
 
 if [ -x "$dest/vcsim" ] && [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ]; then
   echo "vcsim already built at $dest/vcsim"
@@ -239,8 +259,30 @@ if [ "$(grep -c 'setExtraConfig(vm.Config.ExtraConfig, c)' "$build/virtual_machi
   echo "50-vcsim.sh: $sim/virtual_machine.go is not the 0.24.2 this script patches" >&2
   exit 1
 fi
-printf '{"Replace": {"%s": "%s", "%s": "%s"}}\n' \
+# The view's lock (upstream 5a9567f6): PutObject's look and append under Map.WithLock(v),
+# the lock RemoveObject's Map.RemoveReference already takes.
+sed -e 's/^\tif v\.include(ref) && v\.find(v\.root, ref, types\.NewBool(false)) {$/\tMap.WithLock(v, func() {\n&/' \
+  -e '/^\t\tMap\.Update(v, \[\]types\.PropertyChange{{Name: "view", Val: append(v\.View, ref)}})$/{n;s/^\t}$/\t}\n\t})/}' \
+  "$sim/view_manager.go" >"$build/view_manager.go"
+# The collector: registered before the first collect (upstream 7403b470), updates every
+# 20 ms (upstream 4b59b652).
+awk '
+  /^\t\tapply\(\)                \/\/ Collect current state$/ { held = $0; next }
+  held != "" && /^\t\tset\.Version = "-"/ { print; next }
+  held != "" && /^\t\tctx\.Map\.AddHandler\(pc\)/ { print; print held; held = ""; next }
+  { sub(/time\.NewTicker\(250 \* time\.Millisecond\)/, "time.NewTicker(20 * time.Millisecond)"); print }
+' "$sim/property_collector.go" >"$build/property_collector.go"
+if [ "$(grep -c '^	Map.WithLock(v, func() {$' "$build/view_manager.go")" != 1 ] ||
+  [ "$(grep -c '^	})$' "$build/view_manager.go")" -lt 1 ] ||
+  [ "$(grep -c 'time.NewTicker(20 \* time.Millisecond)' "$build/property_collector.go")" != 1 ] ||
+  [ "$(grep -A1 'ctx.Map.AddHandler(pc) // Listen' "$build/property_collector.go" | grep -c 'apply()  ')" != 1 ]; then
+  echo "50-vcsim.sh: $sim/view_manager.go or property_collector.go is not the 0.24.2 this script patches" >&2
+  exit 1
+fi
+printf '{"Replace": {"%s": "%s", "%s": "%s", "%s": "%s", "%s": "%s"}}\n' \
   "$sim/virtual_machine.go" "$build/virtual_machine.go" \
+  "$sim/view_manager.go" "$build/view_manager.go" \
+  "$sim/property_collector.go" "$build/property_collector.go" \
   "$sim/zz_extra_config.go" "$build/extra_config.go" >"$build/overlay.json"
 # Offline: Debian's Go packages sit in a GOPATH tree; no module proxy is asked.
 (cd "$build/src/vcsim" &&
