@@ -187,7 +187,7 @@ async fn a_clone_left_before_power_on_is_finished_not_duplicated() {
     admin.clone_tagged("DC0_H0_VM1", "half-1", &owner).await;
     let p = common::provider(&vcsim, &owner);
     let m = p
-        .create(&common::spec_named("half-1").with_size("2x128"), None)
+        .create(&common::spec_named("half-1"), None)
         .await
         .expect("create");
     let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
@@ -471,7 +471,8 @@ async fn inventory_paths_and_vms_are_looked_up_once_and_again_when_gone() {
     let spec = |name: &str| common::spec_named(name).with_image("DC0/vm/tmpl-paths");
 
     let a = p.create(&spec("paths-1"), None).await.expect("create");
-    // The datacenter's vm folder (also the default folder), the template and the pool.
+    // The datacenter's vm folder (the watched folder and the default folder), the
+    // template and the pool.
     assert_eq!(proxy.calls("FindByInventoryPath"), 3);
     let b = p.create(&spec("paths-2"), None).await.expect("create");
     assert_eq!(
@@ -479,21 +480,30 @@ async fn inventory_paths_and_vms_are_looked_up_once_and_again_when_gone() {
         3,
         "a second create looked its paths up again"
     );
-    // One owner-wide listing per create (the adoption lookup); the settlement after
-    // the clone reads only the VMs' names.
-    let full_listings = proxy
-        .seen()
-        .iter()
-        .filter(|(m, body)| {
-            m == "RetrievePropertiesEx"
-                && body.contains("childEntity")
-                && body.contains("config.extraConfig")
-        })
-        .count();
-    assert_eq!(full_listings, 2, "owner-wide listings for two creates");
-    // A VM this provider made is read by its id, without a FindByUuid.
+    // The provider's collector is made once: a view of the folder's VMs read once,
+    // then kept current by updates; no create lists the VMs of the folder.
+    for (method, times) in [
+        ("CreatePropertyCollector", 1),
+        ("CreateContainerView", 1),
+        ("CreateListView", 1),
+        ("CreateFilter", 2),
+        ("RetrievePropertiesEx", 0),
+    ] {
+        assert_eq!(proxy.calls(method), times, "{method}");
+    }
+    // A VM this provider made is known by its id: a get reads nothing but updates.
+    let before = proxy.seen().len();
     p.get(&a.provider_id).await.expect("get");
-    assert_eq!(proxy.calls("FindByUuid"), 0);
+    let during: Vec<String> = proxy.seen()[before..]
+        .iter()
+        .map(|(m, _)| m.clone())
+        .collect();
+    assert!(
+        during
+            .iter()
+            .all(|m| m == "WaitForUpdatesEx" || m == "CancelWaitForUpdates"),
+        "{during:?}"
+    );
     p.delete(&a.provider_id).await.expect("delete");
     p.delete(&b.provider_id).await.expect("delete");
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # vcsim (govmomi's vCenter simulator) for provider-vsphere's tests, built offline from
 # Debian's golang-github-vmware-govmomi-dev (a library package: no vcsim binary) into
-# /opt/vcsim/vcsim. Idempotent: a binary built from the same main.go is left alone.
+# /opt/vcsim2/vcsim (not /opt/vcsim, where the script put vcsim without the fixes below
+# before issue 28: scripts of older checkouts still build that one there). Idempotent: a
+# binary built from the same sources is left alone.
 # With WITH_BENCH_PEERS=1 it also installs pyvmomi (PyPI) into a venv under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/machine-provisioning/pyvmomi, for the bench_vsphere example.
 #
@@ -16,9 +18,13 @@
 #   as upstream since 0.31 ("vcsim: Fix VM ExtraConfig"); 0.24.2 appends every entry,
 #   so a key set again is listed twice and no key can be removed. `-extraconfig-appends`
 #   keeps 0.24.2's behaviour, for the tests of a server that keeps a removed value.
-# - CloneVM_Task takes the clone spec's config.uuid (the BIOS UUID), as upstream since
-#   0.37; 0.24.2 drops it, and derives the UUID from the VM's file path, so a VM made
+# - CloneVM_Task takes the clone spec's config.uuid (the BIOS UUID), numCPUs and
+#   memoryMB, as upstream since 0.37 (4348bd9f); 0.24.2 drops them: it copies the
+#   template's hardware, and derives the UUID from the VM's file path, so a VM made
 #   again under a deleted one's name gets the deleted one's UUID.
+# - A change of extraConfig is published to property collectors (a filter on
+#   config.extraConfig reports it), as upstream since 0.38 (3b7ff25f); 0.24.2 changes
+#   the array in place and tells no collector.
 # Three more, in the property collector and views, each upstream's own fix:
 # - A ContainerView adds an object that enters its subtree under the view's lock, as
 #   upstream since 0.44 (5a9567f6, "vcsim: lock ViewManager in RegisterObject
@@ -37,7 +43,7 @@
 # directories when stopped with SIGTERM or SIGINT.
 set -euo pipefail
 
-dest=/opt/vcsim
+dest=/opt/vcsim2
 
 # pyvmomi for the benchmark's other side, only when asked (the tests do not need it).
 bench_peers() {
@@ -98,7 +104,6 @@ func main() {
 	if err := model.Create(); err != nil {
 		fail(err)
 	}
-	defer model.Remove()
 	model.Service.RegisterEndpoints = true
 	model.Service.Listen = &url.URL{Host: *listen}
 	if *useTLS {
@@ -109,7 +114,6 @@ func main() {
 		model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 	server := model.Service.NewServer()
-	defer server.Close()
 
 	fingerprint := "-"
 	if *useTLS {
@@ -128,7 +132,9 @@ func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
 	<-stop
-	// The deferred Close and Remove run: the datastore directories under $TMPDIR go.
+	// The datastore directories under $TMPDIR go; the server is not closed first, since
+	// Close waits for the requests in flight (a long WaitForUpdatesEx).
+	model.Remove()
 }
 
 // markTemplate powers the VM off and marks it as a template, as an administrator would.
@@ -232,7 +238,7 @@ GO
 )
 stamp="$main_go
 $extra_config_go
-clone uuid, view lock, collector order, 20 ms updates"
+clone uuid and hardware, published extraConfig, view lock, collector order, 20 ms updates"
 
 if [ -x "$dest/vcsim" ] && [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ]; then
   echo "vcsim already built at $dest/vcsim"
@@ -251,10 +257,13 @@ mkdir -p "$build/src/vcsim" "$dest"
 printf '%s\n' "$main_go" >"$build/src/vcsim/main.go"
 sim=/usr/share/gocode/src/github.com/vmware/govmomi/simulator
 printf '%s\n' "$extra_config_go" >"$build/extra_config.go"
-sed -e 's/vm\.Config\.ExtraConfig = append(vm\.Config\.ExtraConfig, c)/vm.Config.ExtraConfig = setExtraConfig(vm.Config.ExtraConfig, c)/' \
+sed -e 's/^\(\t*\)vm\.Config\.ExtraConfig = append(vm\.Config\.ExtraConfig, c)$/\1vm.Config.ExtraConfig = setExtraConfig(vm.Config.ExtraConfig, c)\n\1changes = append(changes, types.PropertyChange{Name: "config.extraConfig", Val: vm.Config.ExtraConfig})/' \
   -e 's/^\(\t*\)config\.InstanceUuid = req\.Spec\.Config\.InstanceUuid$/&\n\1config.Uuid = req.Spec.Config.Uuid/' \
+  -e 's/^\(\t*\)config\.MemoryMB = int64(vm\.Config\.Hardware\.MemoryMB)$/&\n\1if s := req.Spec.Config; s != nil \&\& s.NumCPUs != 0 {\n\1\tconfig.NumCPUs = s.NumCPUs\n\1}\n\1if s := req.Spec.Config; s != nil \&\& s.MemoryMB != 0 {\n\1\tconfig.MemoryMB = s.MemoryMB\n\1}/' \
   "$sim/virtual_machine.go" >"$build/virtual_machine.go"
 if [ "$(grep -c 'setExtraConfig(vm.Config.ExtraConfig, c)' "$build/virtual_machine.go")" != 1 ] ||
+  [ "$(grep -c 'Name: "config.extraConfig", Val: vm.Config.ExtraConfig' "$build/virtual_machine.go")" != 1 ] ||
+  [ "$(grep -c 'config.NumCPUs = s.NumCPUs' "$build/virtual_machine.go")" != 1 ] ||
   [ "$(grep -c 'config.Uuid = req.Spec.Config.Uuid' "$build/virtual_machine.go")" != 1 ]; then
   echo "50-vcsim.sh: $sim/virtual_machine.go is not the 0.24.2 this script patches" >&2
   exit 1

@@ -6,16 +6,17 @@ pub mod admin;
 pub mod proxy;
 pub mod tools;
 
-use std::io::{BufRead, BufReader, Read};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use machine_core::{MachineName, MachineSpec, SecretString};
 use provider_vsphere::{CertFingerprint, VsphereConfig, VsphereConfigBuilder, VsphereProvider};
 
 /// Where scripts/peers/50-vcsim.sh installs vcsim.
-pub const VCSIM: &str = "/opt/vcsim/vcsim";
+pub const VCSIM: &str = "/opt/vcsim2/vcsim";
 /// The template vcsim's main.go makes from one of its default VMs.
 pub const TEMPLATE: &str = "DC0/vm/DC0_H0_VM1";
 /// The standalone host's resource pool in vcsim's default model.
@@ -53,6 +54,20 @@ impl Vcsim {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {VCSIM}: {e} (run scripts/peers/50-vcsim.sh)"));
+        // vcsim logs every call and every update it sends: read its log as it comes
+        // (a full pipe would stop vcsim), keeping the end for when it fails to start.
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() == 50 {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -64,11 +79,15 @@ impl Vcsim {
             Ok(line) if !line.trim().is_empty() => line,
             _ => {
                 let _ = child.kill();
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                panic!("vcsim did not print its URL: {err}");
+                let _ = child.wait();
+                std::thread::sleep(Duration::from_millis(100));
+                let err: Vec<String> = log
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .cloned()
+                    .collect();
+                panic!("vcsim did not print its URL: {}", err.join("\n"));
             }
         };
         let mut parts = line.split_whitespace();
@@ -87,7 +106,18 @@ impl Vcsim {
 }
 
 impl Drop for Vcsim {
+    /// Stops vcsim with SIGTERM, so that it removes its datastore directories, and
+    /// kills it if it has not ended within a second.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
