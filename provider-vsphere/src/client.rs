@@ -431,6 +431,29 @@ impl Client {
         }
     }
 
+    /// Properties `paths` of several objects of `kind` in one call; objects that are
+    /// gone are left out (`reportMissingObjectsInResults`).
+    pub async fn properties_of(
+        &self,
+        kind: &str,
+        objs: &[Moref],
+        paths: &[&str],
+    ) -> Result<Vec<ObjectContent>> {
+        if objs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut spec = String::new();
+        for o in objs {
+            let _ = write!(
+                spec,
+                "<objectSet>{}<skip>false</skip></objectSet>",
+                o.xml("obj")
+            );
+        }
+        spec.push_str("<reportMissingObjectsInResults>true</reportMissingObjectsInResults>");
+        self.retrieve(kind, paths, &spec).await
+    }
+
     /// Properties of one object; `None` when it does not exist (any more).
     pub async fn properties(&self, obj: &Moref, paths: &[&str]) -> Result<Option<ObjectContent>> {
         let spec = format!(

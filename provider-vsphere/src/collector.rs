@@ -60,6 +60,14 @@ struct Record {
 }
 
 impl Record {
+    /// Whether the record says what the provider needs of every VM. vcsim reports a VM
+    /// that enters while it is being made with the properties it has then, and does not
+    /// publish the ones set after (its UUID, its power state): such a record is read
+    /// again (see [`repair`]).
+    fn complete(&self) -> bool {
+        self.vm.uuid.is_some() && !self.vm.power.is_empty() && self.props.contains_key("name")
+    }
+
     fn new(obj: &Moref) -> Record {
         Record {
             props: HashMap::new(),
@@ -541,13 +549,17 @@ async fn run(inner: Arc<Inner>) {
                 let truncated = update
                     .as_ref()
                     .is_some_and(|u| u.child_text("truncated") == Some("true"));
-                let mut st = inner.state();
+                let mut incomplete = Vec::new();
                 if let Some(update) = &update {
                     if let Some(v) = update.child_text("version") {
                         srv.version = v.to_owned();
                     }
-                    apply(&mut st, update);
+                    incomplete = apply(&mut inner.state(), update);
                 }
+                if !incomplete.is_empty() {
+                    repair(&inner, &incomplete).await;
+                }
+                let mut st = inner.state();
                 st.failures = 0;
                 if !truncated {
                     st.covered = st.covered.max(covering);
@@ -681,11 +693,17 @@ async fn build(inner: &Inner, root: &Moref) -> Result<Server> {
                 break;
             }
         }
-        let mut st = inner.state();
-        st.vms.clear();
-        st.by_uuid.clear();
-        for update in &st_vms {
-            apply(&mut st, update);
+        let mut incomplete = Vec::new();
+        {
+            let mut st = inner.state();
+            st.vms.clear();
+            st.by_uuid.clear();
+            for update in &st_vms {
+                incomplete.extend(apply(&mut st, update));
+            }
+        }
+        if !incomplete.is_empty() {
+            repair(inner, &incomplete).await;
         }
         Ok::<_, Error>(())
     }
@@ -807,8 +825,33 @@ async fn list_tasks(inner: &Inner, server: &Server, add: &[Moref], remove: &[Mor
     inner.bump();
 }
 
-/// Applies an update set to the mirror and the tasks.
-fn apply(st: &mut State, update: &Element) {
+/// Reads the VMs whose records are `incomplete` (see [`Record::complete`]) directly, in
+/// one call, and puts what it read in their records. A failure leaves them as they were.
+async fn repair(inner: &Inner, incomplete: &[Moref]) {
+    match inner
+        .client
+        .properties_of("VirtualMachine", incomplete, PATHS)
+        .await
+    {
+        Ok(read) => {
+            let mut st = inner.state();
+            for o in read {
+                let Some(mut record) = st.vms.get(&o.obj).cloned() else {
+                    continue;
+                };
+                record.props.extend(o.props);
+                record.refresh(&o.obj);
+                st.remember(&o.obj, record);
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "reading incomplete VM records"),
+    }
+}
+
+/// Applies an update set to the mirror and the tasks; the VMs it touched whose
+/// records are not complete.
+fn apply(st: &mut State, update: &Element) -> Vec<Moref> {
+    let mut incomplete = Vec::new();
     for filter in update.children_named("filterSet") {
         for object in filter.children_named("objectSet") {
             let Some(obj) = object.child("obj").and_then(Moref::from_element) else {
@@ -832,12 +875,16 @@ fn apply(st: &mut State, update: &Element) {
                     };
                     apply_changes(&mut record.props, object);
                     record.refresh(&obj);
+                    if !record.complete() && !incomplete.contains(&obj) {
+                        incomplete.push(obj.clone());
+                    }
                     st.remember(&obj, record);
                 }
                 _ => {}
             }
         }
     }
+    incomplete
 }
 
 /// Applies an object update's changes to its properties.

@@ -43,7 +43,8 @@ impl Vcsim {
         Vcsim::start_with(&["-extraconfig-appends"])
     }
 
-    fn start_with(args: &[&str]) -> Vcsim {
+    /// Starts vcsim with these flags (`-vm 1000`: 2,000 VMs in its inventory).
+    pub fn start_with(args: &[&str]) -> Vcsim {
         assert!(
             std::path::Path::new(VCSIM).is_file(),
             "vcsim is not installed at {VCSIM}: run scripts/peers/50-vcsim.sh"
