@@ -501,15 +501,20 @@ impl VsphereProvider {
     }
 
     /// Asks the guest to restart (VMware Tools' RebootGuest) and waits up to the
-    /// soft-stop timeout for it to go down (its guest state leaves `running`), else
-    /// resets the VM.
+    /// soft-stop timeout for it to go down (its guest state, `running` while VMware
+    /// Tools run, changes), else resets the VM.
     async fn reboot_vm(&self, vm: &Moref) -> Result<()> {
+        let before = self
+            .collector
+            .vm(vm)
+            .map(|v| (v.power, v.guest_state))
+            .unwrap_or_default();
         match self.client.call("RebootGuest", &vm.xml("_this")).await {
             Ok(_) => {
                 let restarting = self
                     .collector
                     .wait_vm(vm, self.config.soft_stop_timeout, |v| {
-                        v.is_none_or(|v| v.power != "poweredOn" || v.guest_state != "running")
+                        v.is_none_or(|v| (&v.power, &v.guest_state) != (&before.0, &before.1))
                     })
                     .await?;
                 if restarting {

@@ -233,6 +233,28 @@ impl Admin {
         .await
     }
 
+    /// Property `path` of the object of type `kind` at inventory path `at`, as text.
+    pub async fn property_of(&self, kind: &str, at: &str, path: &str) -> String {
+        let found = self
+            .call(
+                "FindByInventoryPath",
+                &format!("<_this type=\"SearchIndex\">SearchIndex</_this><inventoryPath>{at}</inventoryPath>"),
+            )
+            .await;
+        let obj = between(&found, &format!("type=\"{kind}\">"), "<")
+            .unwrap_or_else(|| panic!("no {kind} at {at}"));
+        let text = self
+            .call(
+                "RetrievePropertiesEx",
+                &format!(
+                    "<_this type=\"PropertyCollector\">propertyCollector</_this><specSet><propSet><type>{kind}</type><pathSet>{path}</pathSet></propSet><objectSet><obj type=\"{kind}\">{obj}</obj></objectSet></specSet><options/>"
+                ),
+            )
+            .await;
+        let val = &text[text.find("<val").expect("a value")..];
+        between(val, ">", "<").expect("a value")
+    }
+
     /// How many VMs directly in the datacenter's vm folder are named `name`.
     pub async fn count_named(&self, name: &str) -> usize {
         let folder = self
