@@ -96,6 +96,7 @@ impl Tools {
             .args(["--host", &host_port(vcsim)?])
             .args(["--thumbprint", &vcsim.fingerprint.to_string()])
             .arg("--tools")
+            .args(["--folder", FOLDER])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -343,7 +344,7 @@ async fn bench_provider(
 }
 
 async fn bench_pyvmomi(count: usize, concurrency: usize, inventory: usize) -> Result<Figures> {
-    let (vcsim, admin) = prepared_vcsim(inventory).await?;
+    let (mut vcsim, admin) = prepared_vcsim(inventory).await?;
     let _tools = Tools::start(&vcsim)?;
     let server0 = vcsim_cpu_seconds()?;
     let out = Command::new(python()?)
@@ -361,7 +362,11 @@ async fn bench_pyvmomi(count: usize, concurrency: usize, inventory: usize) -> Re
     // Includes the script's start-up and login, a few calls.
     let server_cpu = vcsim_cpu_seconds()? - server0;
     if !out.status.success() {
-        bail!("pyvmomi_bench.py failed: {}", out.status);
+        bail!(
+            "pyvmomi_bench.py failed: {}; {}",
+            out.status,
+            vcsim.log_tail()
+        );
     }
     let line = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value = serde_json::from_str(line.trim())

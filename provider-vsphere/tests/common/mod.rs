@@ -29,6 +29,8 @@ pub struct Vcsim {
     pub url: String,
     /// The SHA-256 fingerprint of its self-signed certificate, hex.
     pub fingerprint: CertFingerprint,
+    /// The last 50 lines of its log.
+    log: Arc<Mutex<VecDeque<String>>>,
 }
 
 impl Vcsim {
@@ -60,8 +62,20 @@ impl Vcsim {
         let log = Arc::new(Mutex::new(VecDeque::new()));
         let stderr = child.stderr.take().expect("piped stderr");
         let kept = log.clone();
+        // VCSIM_LOG=<file> keeps all of it, to see what vcsim did before it failed.
+        let mut copy = std::env::var_os("VCSIM_LOG").and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        });
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                if let Some(f) = copy.as_mut() {
+                    use std::io::Write;
+                    let _ = writeln!(f, "{line}");
+                }
                 let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
                 if kept.len() == 50 {
                     kept.pop_front();
@@ -102,7 +116,18 @@ impl Vcsim {
             child,
             url,
             fingerprint,
+            log,
         }
+    }
+
+    /// The last lines vcsim logged, and whether it is still running: what a client
+    /// that lost its connection cannot tell.
+    #[allow(dead_code)]
+    pub fn log_tail(&mut self) -> String {
+        let running = matches!(self.child.try_wait(), Ok(None));
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let lines: Vec<&str> = log.iter().map(String::as_str).collect();
+        format!("vcsim running: {running}; its log ends:\n{}", lines.join("\n"))
     }
 }
 
