@@ -141,6 +141,13 @@ pub struct PowerOperations {
     pub stop: bool,
     /// Restart a running machine.
     pub reboot: bool,
+    /// Whether stop and reboot go through the guest operating system first (a clean
+    /// shutdown or restart it is asked for, such as VMware Tools' ShutdownGuest and
+    /// RebootGuest or an ACPI power button), and are forced (power off, reset) only when
+    /// it has not happened within the provider's timeout. `false`: they are forced at
+    /// once, and the guest may lose unwritten data.
+    #[serde(default)]
+    pub graceful: bool,
 }
 
 /// A power operation. `#[non_exhaustive]`: a provider matches the ones it supports and
@@ -169,7 +176,15 @@ impl PowerOperations {
             start: true,
             stop: true,
             reboot: true,
+            graceful: false,
         }
+    }
+
+    /// Sets whether stop and reboot ask the guest operating system first (see
+    /// [`PowerOperations::graceful`]).
+    pub fn with_graceful(mut self, yes: bool) -> Self {
+        self.graceful = yes;
+        self
     }
 
     /// Sets whether `op` is supported.

@@ -1,27 +1,31 @@
-//! Benchmark of provider-vsphere against pyvmomi on vcsim, in one run (a fresh vcsim per
-//! side, the provider first unless `--pyvmomi-first`).
+//! Benchmark of provider-vsphere against pyvmomi on vcsim, in one run: for each
+//! inventory size (`--inventory 200,1000,2000`: vcsim's `-vm`, VMs of nobody's already in
+//! the datacenter, powered on), a fresh vcsim per side, the provider first unless
+//! `--pyvmomi-first`.
 //!
 //! Each side takes N VMs (default 200, concurrency 16) through clone from a diskless
-//! template (vcsim's `DC0_H0_VM0`; see [`diskless_template`] for why) with owner and
-//! name tags and 2 KiB of user data in extraConfig, 1 CPU and 64 MiB, power on, wait
-//! until the guest has an IP (polled every 100 ms), and destroy. The provider does it
-//! through `create`, `get` and `delete` (with its adoption lookup before the clone, the
-//! race check after it, the started mark, the ownership check and the soft stop before
-//! destroy); pyvmomi through the minimal calls with `WaitForTask` on 16
-//! threads (provider-vsphere/bench/pyvmomi_bench.py). vcsim gives no guest IP by itself:
-//! a VMware Tools stand-in (the same script with `--tools`, its own process and session)
-//! sets one with extraConfig `SET.guest.ipAddress` on every powered-on bench VM, for both
-//! sides alike. Client CPU is getrusage of each side's own process (this one for the
-//! provider, the Python child for pyvmomi); vcsim and the Tools stand-in are excluded.
-//! Calls: pyvmomi counts its own SOAP requests exactly; for the provider, vcsim's
-//! `callCount` of its session (read from `SessionManager.sessionList`). vcsim bumps that
-//! count without a lock, so under concurrency it can miss some: the pyvmomi row shows
-//! vcsim's count beside the exact one, to see how many. A call whose connection vcsim
-//! dropped is repeated (at most three times) on both sides, and counted in `retries`.
+//! template (vcsim's `DC0_H0_VM0`; see [`diskless_template`] for why) into the folder
+//! `DC0/vm/machines`, with owner and name tags and 2 KiB of user data in extraConfig,
+//! 1 CPU and 64 MiB, power on, wait until the guest has an IP (polled every 100 ms), and
+//! destroy. The provider does it through `create`, `get` and `delete` (with its adoption
+//! lookup before the clone, the race check after it, the ownership check and the soft
+//! stop before destroy), watching `DC0/vm/machines` (its `defaults.folder`; with
+//! `--watch-datacenter` it watches `DC0/vm`, every VM of the inventory); pyvmomi through
+//! the minimal calls with `WaitForTask` on 16 threads (provider-vsphere/bench/pyvmomi_bench.py).
+//! vcsim gives no guest IP by itself: a VMware Tools stand-in (the same script with
+//! `--tools`, its own process and session) sets one with extraConfig `SET.guest.ipAddress`
+//! on every VM powered on during the run, for both sides alike. Client CPU is getrusage of
+//! each side's own process (this one for the provider, the Python child for pyvmomi);
+//! vcsim and the Tools stand-in are excluded. Calls: pyvmomi counts its own SOAP requests
+//! exactly; for the provider, vcsim's `callCount` of its session (read from
+//! `SessionManager.sessionList`). vcsim bumps that count without a lock, so under
+//! concurrency it can miss some: the pyvmomi row shows vcsim's count beside the exact
+//! one, to see how many. A call whose connection vcsim dropped is repeated (at most three
+//! times) on both sides, and counted in `retries`.
 //!
 //! ```sh
 //! WITH_BENCH_PEERS=1 bash scripts/peers/50-vcsim.sh   # vcsim, and pyvmomi in a venv
-//! cargo run --release -p provider-vsphere --example bench_vsphere -- --count 200 --concurrency 16
+//! cargo run --release -p provider-vsphere --example bench_vsphere -- --count 200 --concurrency 16 --inventory 200,1000,2000
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -40,7 +44,7 @@ use machine_core::{
     AddressKind, MachineName, MachineProvisioner, SecretString, UserData, UserDataFormat,
 };
 use measure::{arg, cpu_seconds};
-use provider_vsphere::{VsphereConfig, VsphereProvider};
+use provider_vsphere::{VmSettings, VsphereConfig, VsphereProvider};
 
 /// The tests' vcsim launcher and raw SOAP administrator.
 #[path = "../tests/common/mod.rs"]
@@ -92,6 +96,7 @@ impl Tools {
             .args(["--host", &host_port(vcsim)?])
             .args(["--thumbprint", &vcsim.fingerprint.to_string()])
             .arg("--tools")
+            .args(["--folder", FOLDER])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -151,6 +156,32 @@ fn vcsim_cpu_seconds() -> Result<f64> {
 /// The template both sides clone: vcsim's `DC0_H0_VM0`, made diskless by
 /// [`diskless_template`].
 const TEMPLATE: &str = "DC0/vm/DC0_H0_VM0";
+
+/// The folder both sides clone into.
+const FOLDER: &str = "DC0/vm/machines";
+
+/// Starts vcsim with `inventory` VMs (two resource pools, half in each; at least the
+/// model's four), the diskless template and the machines' folder.
+async fn prepared_vcsim(inventory: usize) -> Result<(Vcsim, Admin)> {
+    let per_pool = (inventory / 2).max(2).to_string();
+    let vcsim = Vcsim::start_with(&["-vm", &per_pool]);
+    let admin = Admin::login(&vcsim).await;
+    diskless_template(&admin).await?;
+    let found = admin
+        .call(
+            "FindByInventoryPath",
+            "<_this type=\"SearchIndex\">SearchIndex</_this><inventoryPath>DC0/vm</inventoryPath>",
+        )
+        .await;
+    let vm_folder = after(&found, "type=\"Folder\">").context("no DC0/vm")?;
+    admin
+        .call(
+            "CreateFolder",
+            &format!("<_this type=\"Folder\">{vm_folder}</_this><name>machines</name>"),
+        )
+        .await;
+    Ok((vcsim, admin))
+}
 
 /// Makes a diskless template of vcsim's `DC0_H0_VM0` (powered off, its disk removed,
 /// marked as a template). vcsim 0.24's clone shares the template's disk object with
@@ -236,11 +267,18 @@ where
 
 const POLL: Duration = Duration::from_millis(100);
 
-async fn bench_provider(count: usize, concurrency: usize) -> Result<Figures> {
-    let vcsim = Vcsim::start();
-    let admin = Admin::login(&vcsim).await;
-    diskless_template(&admin).await?;
+async fn bench_provider(
+    count: usize,
+    concurrency: usize,
+    inventory: usize,
+    watch_datacenter: bool,
+) -> Result<Figures> {
+    let (vcsim, admin) = prepared_vcsim(inventory).await?;
     let _tools = Tools::start(&vcsim)?;
+    let defaults = VmSettings {
+        folder: Some(if watch_datacenter { "DC0/vm" } else { FOLDER }.to_owned()),
+        ..VmSettings::default()
+    };
     let config = VsphereConfig::builder()
         .url(&vcsim.url)
         .username("bench-provider")
@@ -248,6 +286,7 @@ async fn bench_provider(count: usize, concurrency: usize) -> Result<Figures> {
         .pinned_sha256(vcsim.fingerprint)
         .datacenter("DC0")
         .owner("bench-provider")
+        .defaults(defaults)
         .build()?;
     let p = Arc::new(VsphereProvider::new(config)?);
     let data = Arc::new(UserData::new(
@@ -265,7 +304,14 @@ async fn bench_provider(count: usize, concurrency: usize) -> Result<Figures> {
             let retries = &retries;
             async move {
                 let name = MachineName::new(format!("bench-{i:04}"))?;
-                let spec = common::spec(&name).with_image(TEMPLATE);
+                let spec =
+                    common::spec(&name)
+                        .with_image(TEMPLATE)
+                        .with_provider(serde_json::json!({
+                            "resourcePool": common::POOL,
+                            "sshUser": common::SSH_USER,
+                            "folder": FOLDER,
+                        }));
                 let m = again(retries, || p.create(&spec, Some(&data))).await?;
                 while again(retries, || p.get(&m.provider_id))
                     .await?
@@ -297,10 +343,8 @@ async fn bench_provider(count: usize, concurrency: usize) -> Result<Figures> {
     })
 }
 
-async fn bench_pyvmomi(count: usize, concurrency: usize) -> Result<Figures> {
-    let vcsim = Vcsim::start();
-    let admin = Admin::login(&vcsim).await;
-    diskless_template(&admin).await?;
+async fn bench_pyvmomi(count: usize, concurrency: usize, inventory: usize) -> Result<Figures> {
+    let (mut vcsim, admin) = prepared_vcsim(inventory).await?;
     let _tools = Tools::start(&vcsim)?;
     let server0 = vcsim_cpu_seconds()?;
     let out = Command::new(python()?)
@@ -311,13 +355,18 @@ async fn bench_pyvmomi(count: usize, concurrency: usize) -> Result<Figures> {
         .args(["--concurrency", &concurrency.to_string()])
         .args(["--poll", &POLL.as_secs_f64().to_string()])
         .args(["--template", TEMPLATE])
+        .args(["--folder", FOLDER])
         .stderr(Stdio::inherit())
         .output()
         .context("running pyvmomi_bench.py")?;
     // Includes the script's start-up and login, a few calls.
     let server_cpu = vcsim_cpu_seconds()? - server0;
     if !out.status.success() {
-        bail!("pyvmomi_bench.py failed: {}", out.status);
+        bail!(
+            "pyvmomi_bench.py failed: {}; {}",
+            out.status,
+            vcsim.log_tail()
+        );
     }
     let line = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value = serde_json::from_str(line.trim())
@@ -334,56 +383,92 @@ async fn bench_pyvmomi(count: usize, concurrency: usize) -> Result<Figures> {
     })
 }
 
+/// The inventory sizes of `--inventory 200,1000,2000` (default 200).
+fn inventories() -> Result<Vec<usize>> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--inventory") {
+        Some(i) => args
+            .get(i + 1)
+            .context("--inventory needs sizes, such as 200,1000,2000")?
+            .split(',')
+            .map(|n| n.trim().parse().context("--inventory needs numbers"))
+            .collect(),
+        None => Ok(vec![200]),
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let count = arg("--count", 200)?;
     let concurrency = arg("--concurrency", 16)?;
+    let pyvmomi_first = std::env::args().any(|a| a == "--pyvmomi-first");
+    let watch_datacenter = std::env::args().any(|a| a == "--watch-datacenter");
     println!(
-        "{count} VMs, concurrency {concurrency}, a fresh vcsim per side; provider-vsphere on a current-thread tokio runtime, pyvmomi on {concurrency} threads"
+        "{count} VMs, concurrency {concurrency}, a fresh vcsim per side; provider-vsphere on a current-thread tokio runtime (watching {}), pyvmomi on {concurrency} threads",
+        if watch_datacenter { "DC0/vm" } else { FOLDER }
     );
-    let (rust, py) = if std::env::args().any(|a| a == "--pyvmomi-first") {
-        let py = bench_pyvmomi(count, concurrency).await?;
-        (bench_provider(count, concurrency).await?, py)
-    } else {
-        let rust = bench_provider(count, concurrency).await?;
-        (rust, bench_pyvmomi(count, concurrency).await?)
-    };
-
-    println!();
-    println!(
-        "{:<17} {:>8} {:>8} {:>7} {:>12} {:>10} {:>12} {:>13} {:>8} {:>14}",
-        "client",
-        "wall s",
-        "cpu s",
-        "calls",
-        "vcsim calls",
-        "per VM",
-        "cpu ms/call",
-        "cpu ms/VM",
-        "retries",
-        "vcsim ms/VM"
-    );
-    for (name, f) in [("provider-vsphere", &rust), ("pyvmomi", &py)] {
+    let mut rows = Vec::new();
+    for inventory in inventories()? {
+        let (rust, py) = if pyvmomi_first {
+            let py = bench_pyvmomi(count, concurrency, inventory).await?;
+            let rust = bench_provider(count, concurrency, inventory, watch_datacenter).await?;
+            (rust, py)
+        } else {
+            let rust = bench_provider(count, concurrency, inventory, watch_datacenter).await?;
+            (rust, bench_pyvmomi(count, concurrency, inventory).await?)
+        };
+        println!();
+        println!("inventory {inventory} VMs");
         println!(
-            "{name:<17} {:>8.2} {:>8.2} {:>7} {:>12} {:>10.1} {:>12.3} {:>13.2} {:>8} {:>14.2}",
-            f.wall,
-            f.cpu,
-            f.calls,
-            f.vcsim_calls,
-            f.calls as f64 / count as f64,
-            1e3 * f.cpu / f.calls.max(1) as f64,
-            1e3 * f.cpu / count as f64,
-            f.retries,
-            1e3 * f.server_cpu / count as f64
+            "{:<17} {:>8} {:>8} {:>7} {:>12} {:>10} {:>12} {:>13} {:>8} {:>14}",
+            "client",
+            "wall s",
+            "cpu s",
+            "calls",
+            "vcsim calls",
+            "per VM",
+            "cpu ms/call",
+            "cpu ms/VM",
+            "retries",
+            "vcsim ms/VM"
+        );
+        for (name, f) in [("provider-vsphere", &rust), ("pyvmomi", &py)] {
+            println!(
+                "{name:<17} {:>8.2} {:>8.2} {:>7} {:>12} {:>10.1} {:>12.3} {:>13.2} {:>8} {:>14.2}",
+                f.wall,
+                f.cpu,
+                f.calls,
+                f.vcsim_calls,
+                f.calls as f64 / count as f64,
+                1e3 * f.cpu / f.calls.max(1) as f64,
+                1e3 * f.cpu / count as f64,
+                f.retries,
+                1e3 * f.server_cpu / count as f64
+            );
+        }
+        println!(
+            "provider-vsphere / pyvmomi: wall {:.2}x, cpu per VM {:.2}x, calls per VM {:.2}x",
+            rust.wall / py.wall,
+            rust.cpu / py.cpu,
+            rust.calls as f64 / py.calls.max(1) as f64
+        );
+        rows.push((inventory, rust, py));
+    }
+    if let (Some(first), Some(last)) = (rows.first(), rows.last())
+        && rows.len() > 1
+    {
+        let per_vm = |f: &Figures| (f.calls as f64 / count as f64, 1e3 * f.cpu / count as f64);
+        let ((c0, p0), (c1, p1)) = (per_vm(&first.1), per_vm(&last.1));
+        println!();
+        println!(
+            "provider-vsphere from {} to {} VMs in the inventory: calls per VM {c0:.2} -> {c1:.2} ({:+.1}%), cpu per VM {p0:.2} -> {p1:.2} ms ({:+.1}%) (target: within 10%, at most 12 calls); wall at {}: {:.2}x pyvmomi's (target <= 0.5x)",
+            first.0,
+            last.0,
+            100.0 * (c1 / c0 - 1.0),
+            100.0 * (p1 / p0 - 1.0),
+            last.0,
+            last.1.wall / last.2.wall
         );
     }
-    let per_call = |f: &Figures| f.cpu / f.calls.max(1) as f64;
-    println!();
-    println!(
-        "provider-vsphere / pyvmomi: wall {:.2}x (target <= 1.0x), cpu per call {:.2}x (target <= 0.3x), cpu per VM {:.2}x",
-        rust.wall / py.wall,
-        per_call(&rust) / per_call(&py),
-        rust.cpu / py.cpu
-    );
     Ok(())
 }

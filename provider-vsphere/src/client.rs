@@ -2,15 +2,24 @@
 //! (cookie `vmware_soap_session`) logged in on first use and again, once, when the
 //! server answers NotAuthenticated (an expired or dropped session).
 //!
+//! One session serves every provider of a process that reaches the same vCenter as the
+//! same user with the same TLS settings ([`Client::shared`]): one login, one connection
+//! pool. While it is idle, a keep-alive call (`CurrentTime`) every
+//! [`crate::VsphereConfigBuilder::keep_alive`] keeps vCenter from ending it; when the
+//! last provider using it is dropped, it logs out (best effort, on the tokio runtime it
+//! is dropped on).
+//!
 //! Request bodies are written by hand, in the element order the vim25 schema fixes
 //! (vCenter rejects other orders); answers are read with [`crate::xml`].
 
 use std::fmt;
 use std::fmt::Write as _;
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
 use machine_core::{Error, ExposeSecret, Result, SecretString};
 use tokio::sync::{Mutex, OnceCell, RwLock};
+use tokio::time::Instant;
 
 use crate::errors::{self, Fault};
 use crate::xml::{self, Element, escape};
@@ -20,7 +29,9 @@ const SOAP_ACTION: &str = "\"urn:vim25/6.5\"";
 /// The session cookie vCenter sets at Login.
 const SESSION_COOKIE: &str = "vmware_soap_session";
 /// Answers larger than this are refused rather than read into memory.
-const MAX_ANSWER: usize = 32 * 1024 * 1024;
+const MAX_ANSWER: usize = 64 * 1024 * 1024;
+/// How long a long poll's answer may take beyond the wait it asked for.
+const CALL_MARGIN: Duration = Duration::from_secs(30);
 
 /// A managed object reference (`vm-57` of type `VirtualMachine`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -79,6 +90,7 @@ pub(crate) struct ServiceContent {
     pub property_collector: Moref,
     pub search_index: Moref,
     pub session_manager: Moref,
+    pub view_manager: Moref,
 }
 
 /// One object of a property retrieval: its reference and the properties asked for.
@@ -116,10 +128,43 @@ pub(crate) fn http_client(
 }
 
 /// Why a call failed: a SOAP fault (looked at for NotAuthenticated) or anything else.
-enum CallError {
+pub(crate) enum CallError {
     Fault(Fault),
     Other(Error),
 }
+
+/// What makes two providers' sessions one: the same endpoint, login and TLS trust, and
+/// the same timeouts for the HTTP client they share.
+#[derive(Clone)]
+pub(crate) struct SessionKey {
+    pub sdk_url: String,
+    pub user: String,
+    pub password: SecretString,
+    pub tls: provider_http::TlsConfig,
+    pub connect_timeout: Duration,
+    pub call_timeout: Duration,
+    pub keep_alive: Duration,
+}
+
+impl PartialEq for SessionKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.sdk_url == other.sdk_url
+            && self.user == other.user
+            && self.password.expose_secret() == other.password.expose_secret()
+            && self.tls == other.tls
+            && self.connect_timeout == other.connect_timeout
+            && self.call_timeout == other.call_timeout
+            && self.keep_alive == other.keep_alive
+    }
+}
+
+/// The process's sessions, by what they were made for; a session lives as long as a
+/// provider holds it.
+static SESSIONS: LazyLock<std::sync::Mutex<Sessions>> =
+    LazyLock::new(|| std::sync::Mutex::new(Vec::new()));
+
+/// What [`SESSIONS`] holds.
+type Sessions = Vec<(SessionKey, Weak<Client>)>;
 
 /// A vim25 SOAP client with one session.
 pub(crate) struct Client {
@@ -132,8 +177,16 @@ pub(crate) struct Client {
     session: RwLock<Option<String>>,
     /// One login at a time: callers that find the session gone wait for one new one.
     login: Mutex<()>,
-    /// How long a task may run before waiting for it gives up.
-    task_timeout: Duration,
+    /// When a call last went out in the session, for the keep-alive.
+    last_used: std::sync::Mutex<Instant>,
+    /// How long the session may idle before a keep-alive call.
+    keep_alive: Duration,
+    /// The keep-alive task, once logged in.
+    keeper: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// This client, for the keep-alive task (which must not keep it alive).
+    me: Weak<Client>,
+    /// HTTP timeout of one call, which a long poll's wait is added to.
+    call_timeout: Duration,
 }
 
 impl fmt::Debug for Client {
@@ -146,24 +199,42 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client for the SDK endpoint `sdk_url` (`https://vc/sdk`); no call is made.
-    pub fn new(
-        http: provider_http::HttpClient,
-        sdk_url: String,
-        user: String,
-        password: SecretString,
-        task_timeout: Duration,
-    ) -> Client {
-        Client {
+    /// The session of this process for `key`: the one another provider made for the
+    /// same key, or a new one (no call is made).
+    pub fn shared(key: &SessionKey) -> Result<Arc<Client>> {
+        let mut sessions = SESSIONS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions.retain(|(_, s)| s.strong_count() > 0);
+        if let Some(client) = sessions
+            .iter()
+            .filter(|(k, _)| k == key)
+            .find_map(|(_, s)| s.upgrade())
+        {
+            return Ok(client);
+        }
+        let http = http_client(&key.tls, key.connect_timeout, key.call_timeout)?;
+        let client = Arc::new_cyclic(|me| Client {
             http,
-            sdk_url,
-            user,
-            password,
+            sdk_url: key.sdk_url.clone(),
+            user: key.user.clone(),
+            password: key.password.clone(),
             content: OnceCell::new(),
             session: RwLock::new(None),
             login: Mutex::new(()),
-            task_timeout,
-        }
+            last_used: std::sync::Mutex::new(Instant::now()),
+            keep_alive: key.keep_alive,
+            keeper: std::sync::Mutex::new(None),
+            me: me.clone(),
+            call_timeout: key.call_timeout,
+        });
+        sessions.push((key.clone(), Arc::downgrade(&client)));
+        Ok(client)
+    }
+
+    /// The HTTP timeout of one call.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
     }
 
     /// Sends one request; the answer's `<method>Response` element, or why not.
@@ -172,73 +243,15 @@ impl Client {
         method: &str,
         body: &str,
         cookie: Option<&str>,
+        wait: Option<Duration>,
     ) -> std::result::Result<(Element, Option<String>), CallError> {
-        let envelope = format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
-             <soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\" \
-             xmlns:xsd=\"http://www.w3.org/2001/XMLSchema\" \
-             xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\">\
-             <soapenv:Body><{method} xmlns=\"urn:vim25\">{body}</{method}></soapenv:Body>\
-             </soapenv:Envelope>"
-        );
-        let mut request = self
-            .http
-            .inner()
-            .post(&self.sdk_url)
-            .header("Content-Type", "text/xml; charset=utf-8")
-            .header("SOAPAction", SOAP_ACTION)
-            .body(envelope);
-        if let Some(cookie) = cookie {
-            request = request.header("Cookie", cookie);
+        if cookie.is_some() {
+            *self
+                .last_used
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
         }
-        let answer = self
-            .http
-            .send(request)
-            .await
-            .map_err(|e| CallError::Other(e.context(method)))?;
-        let status = answer.status();
-        let set_cookie = answer
-            .headers()
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .find_map(session_cookie);
-        if answer
-            .content_length()
-            .is_some_and(|n| n > MAX_ANSWER as u64)
-        {
-            return Err(CallError::Other(Error::permanent(format!(
-                "{method}: the answer is over {MAX_ANSWER} bytes"
-            ))));
-        }
-        let bytes = answer
-            .bytes()
-            .await
-            .map_err(|e| CallError::Other(errors::transport(method, &e)))?;
-        let root = match xml::parse(&bytes) {
-            Ok(root) => root,
-            Err(why) if status.is_success() => {
-                return Err(CallError::Other(Error::transient(format!(
-                    "{method}: the answer is not XML ({why})"
-                ))));
-            }
-            Err(_) => return Err(CallError::Other(errors::status(method, status))),
-        };
-        let Some(body) = root.child("Body") else {
-            return Err(CallError::Other(Error::transient(format!(
-                "{method}: the answer is no SOAP envelope (HTTP {status})"
-            ))));
-        };
-        if let Some(fault) = body.child("Fault") {
-            return Err(CallError::Fault(read_soap_fault(fault)));
-        }
-        let response = format!("{method}Response");
-        match body.children.iter().find(|c| c.name == response) {
-            Some(r) => Ok((r.clone(), set_cookie)),
-            None => Err(CallError::Other(Error::transient(format!(
-                "{method}: the answer has no {response} (HTTP {status})"
-            )))),
-        }
+        post(&self.http, &self.sdk_url, method, body, cookie, wait).await
     }
 
     /// The service's well-known objects, asked once.
@@ -247,7 +260,7 @@ impl Client {
             .get_or_try_init(|| async {
                 let body = Moref::new("ServiceInstance", "ServiceInstance").xml("_this");
                 let (r, _) = self
-                    .post("RetrieveServiceContent", &body, None)
+                    .post("RetrieveServiceContent", &body, None, None)
                     .await
                     .map_err(|e| plain(e, "RetrieveServiceContent"))?;
                 let rv = r.child("returnval").ok_or_else(|| {
@@ -262,6 +275,7 @@ impl Client {
                     property_collector: get("propertyCollector")?,
                     search_index: get("searchIndex")?,
                     session_manager: get("sessionManager")?,
+                    view_manager: get("viewManager")?,
                 })
             })
             .await
@@ -283,7 +297,7 @@ impl Client {
             escape(self.password.expose_secret())
         );
         let (_, cookie) = self
-            .post("Login", &body, None)
+            .post("Login", &body, None, None)
             .await
             .map_err(|e| plain(e, "Login"))?;
         let cookie = cookie.ok_or_else(|| {
@@ -291,38 +305,70 @@ impl Client {
         })?;
         tracing::debug!(user = %self.user, "logged in to vSphere");
         *self.session.write().await = Some(cookie.clone());
+        self.keep_session_alive();
         Ok(cookie)
+    }
+
+    /// Starts the keep-alive task unless one runs (it ends when the session is logged
+    /// out or the client dropped, and with the runtime it was started on).
+    fn keep_session_alive(&self) {
+        let mut keeper = self
+            .keeper
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if keeper.as_ref().is_some_and(|k| !k.is_finished()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        *keeper = Some(runtime.spawn(keep_alive(self.me.clone(), self.keep_alive)));
     }
 
     /// Calls `method` with `body` in the session, logging in first if needed and once
     /// more when the session has expired.
     pub async fn call(&self, method: &str, body: &str) -> Result<Element> {
+        self.call_raw(method, body, None)
+            .await
+            .map_err(|e| plain(e, method))
+    }
+
+    /// [`Client::call`] that keeps a fault as the fault, and lets an answer take `wait`
+    /// longer than a call may (a long poll).
+    pub async fn call_raw(
+        &self,
+        method: &str,
+        body: &str,
+        wait: Option<Duration>,
+    ) -> std::result::Result<Element, CallError> {
         let current = self.session.read().await.clone();
         let cookie = match current {
             Some(c) => c,
-            None => self.login(None).await?,
+            None => self.login(None).await.map_err(CallError::Other)?,
         };
-        match self.post(method, body, Some(&cookie)).await {
+        match self.post(method, body, Some(&cookie), wait).await {
             Ok((r, _)) => Ok(r),
             Err(CallError::Fault(f)) if f.kind == "NotAuthenticated" => {
                 tracing::debug!(method, "vSphere session expired; logging in again");
-                let cookie = self.login(Some(&cookie)).await?;
-                self.post(method, body, Some(&cookie))
+                let cookie = self.login(Some(&cookie)).await.map_err(CallError::Other)?;
+                self.post(method, body, Some(&cookie), wait)
                     .await
                     .map(|(r, _)| r)
-                    .map_err(|e| plain(e, method))
             }
-            Err(e) => Err(plain(e, method)),
+            Err(e) => Err(e),
         }
     }
 
-    /// Ends the session, if there is one.
+    /// Ends the session, if there is one; another call logs in again.
     pub async fn logout(&self) -> Result<()> {
         let Some(cookie) = self.session.write().await.take() else {
             return Ok(());
         };
         let sm = self.content().await?.session_manager.clone();
-        match self.post("Logout", &sm.xml("_this"), Some(&cookie)).await {
+        match self
+            .post("Logout", &sm.xml("_this"), Some(&cookie), None)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(CallError::Fault(f)) if f.kind == "NotAuthenticated" => Ok(()),
             Err(e) => Err(plain(e, "Logout")),
@@ -338,18 +384,6 @@ impl Client {
             escape(path)
         );
         let r = self.call("FindByInventoryPath", &body).await?;
-        Ok(r.child("returnval").and_then(Moref::from_element))
-    }
-
-    /// The virtual machine with BIOS UUID `uuid`, if any.
-    pub async fn find_by_uuid(&self, uuid: &str) -> Result<Option<Moref>> {
-        let si = self.content().await?.search_index.clone();
-        let body = format!(
-            "{}<uuid>{}</uuid><vmSearch>true</vmSearch><instanceUuid>false</instanceUuid>",
-            si.xml("_this"),
-            escape(uuid)
-        );
-        let r = self.call("FindByUuid", &body).await?;
         Ok(r.child("returnval").and_then(Moref::from_element))
     }
 
@@ -397,21 +431,8 @@ impl Client {
         }
     }
 
-    /// Properties of one object; `None` when it does not exist (any more).
-    pub async fn properties(&self, obj: &Moref, paths: &[&str]) -> Result<Option<ObjectContent>> {
-        let spec = format!(
-            "<objectSet>{}<skip>false</skip></objectSet>",
-            obj.xml("obj")
-        );
-        match self.retrieve(&obj.kind, paths, &spec).await {
-            Ok(mut v) => Ok(v.pop()),
-            Err(e) if e.kind() == machine_core::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Properties `paths` of several objects of `kind` in one call; objects that are
-    /// gone are left out.
+    /// gone are left out (`reportMissingObjectsInResults`).
     pub async fn properties_of(
         &self,
         kind: &str,
@@ -429,89 +450,207 @@ impl Client {
                 o.xml("obj")
             );
         }
-        match self.retrieve(kind, paths, &spec).await {
-            // One of them went meanwhile: ask for each alone, which tells the gone apart.
-            Err(e) if e.kind() == machine_core::ErrorKind::NotFound && objs.len() > 1 => {
-                let mut out = Vec::new();
-                for o in objs {
-                    out.extend(self.properties(o, paths).await?);
-                }
-                Ok(out)
-            }
-            Err(e) if e.kind() == machine_core::ErrorKind::NotFound => Ok(Vec::new()),
-            other => other,
-        }
+        spec.push_str("<reportMissingObjectsInResults>true</reportMissingObjectsInResults>");
+        self.retrieve(kind, paths, &spec).await
     }
 
-    /// Properties `paths` of every VM under the folder `folder`, in its subfolders and
-    /// vApps too, in one call: a traversal the property collector follows when it
-    /// answers, so the listing is as current as the inventory and leaves nothing on
-    /// the server (a container view would have to be made, kept current and destroyed;
-    /// vcsim 0.24.2 keeps views current racily, losing or keeping VMs under load).
-    pub async fn vms_under(&self, folder: &Moref, paths: &[&str]) -> Result<Vec<ObjectContent>> {
+    /// Properties of one object; `None` when it does not exist (any more).
+    pub async fn properties(&self, obj: &Moref, paths: &[&str]) -> Result<Option<ObjectContent>> {
         let spec = format!(
-            "<objectSet>{}<skip>true</skip>\
-             <selectSet xsi:type=\"TraversalSpec\"><name>folder</name><type>Folder</type>\
-             <path>childEntity</path><skip>false</skip>\
-             <selectSet><name>folder</name></selectSet><selectSet><name>vapp</name></selectSet>\
-             </selectSet>\
-             <selectSet xsi:type=\"TraversalSpec\"><name>vapp</name><type>VirtualApp</type>\
-             <path>vm</path><skip>false</skip></selectSet></objectSet>",
-            folder.xml("obj")
+            "<objectSet>{}<skip>false</skip></objectSet>",
+            obj.xml("obj")
         );
-        self.retrieve("VirtualMachine", paths, &spec).await
-    }
-
-    /// Calls a method that returns a task, and waits for the task.
-    pub async fn task(&self, method: &str, body: &str) -> Result<Option<Element>> {
-        let r = self.call(method, body).await?;
-        let task = r
-            .child("returnval")
-            .and_then(Moref::from_element)
-            .ok_or_else(|| Error::transient(format!("{method}: no task in the answer")))?;
-        self.wait_task(method, &task).await
-    }
-
-    /// Polls a task's `info` with backoff until it ends; its result, or its fault as
-    /// an error.
-    pub async fn wait_task(&self, what: &str, task: &Moref) -> Result<Option<Element>> {
-        let deadline = tokio::time::Instant::now() + self.task_timeout;
-        let mut pause = Duration::from_millis(20);
-        loop {
-            let info = self
-                .properties(task, &["info"])
-                .await?
-                .and_then(|o| o.prop("info").cloned())
-                .ok_or_else(|| Error::transient(format!("{what}: task {task} vanished")))?;
-            match info.child_text("state") {
-                Some("success") => return Ok(info.child("result").cloned()),
-                Some("error") => {
-                    let fault = info
-                        .child("error")
-                        .map(read_method_fault)
-                        .unwrap_or_else(|| Fault {
-                            kind: String::new(),
-                            message: "the task failed without a fault".into(),
-                            property: None,
-                        });
-                    return Err(fault.to_error(what));
-                }
-                _ => {}
-            }
-            if tokio::time::Instant::now() + pause > deadline {
-                return Err(Error::timeout(format!(
-                    "{what}: task {task} still running after {:?}",
-                    self.task_timeout
-                )));
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
+        match self.retrieve(&obj.kind, paths, &spec).await {
+            Ok(mut v) => Ok(v.pop()),
+            Err(e) if e.kind() == machine_core::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Calls a method that returns a task; the task (not waited for).
+    pub async fn start_task(&self, method: &str, body: &str) -> Result<Moref> {
+        let r = self.call(method, body).await?;
+        r.child("returnval")
+            .and_then(Moref::from_element)
+            .ok_or_else(|| Error::transient(format!("{method}: no task in the answer")))
+    }
+
+    /// A task's outcome read directly: `None` while it runs, its result when it
+    /// succeeded, its fault when it failed.
+    pub async fn task_outcome(&self, task: &Moref) -> Result<Option<TaskOutcome>> {
+        let info = self
+            .properties(task, &["info"])
+            .await?
+            .and_then(|o| o.prop("info").cloned())
+            .ok_or_else(|| Error::not_found(format!("task {task} vanished")))?;
+        Ok(task_outcome(
+            info.child_text("state"),
+            info.child("result"),
+            info.child("error"),
+        ))
+    }
+}
+
+/// How a task ended: its result, or its fault.
+pub(crate) type TaskOutcome = std::result::Result<Option<Element>, Fault>;
+
+/// The outcome of a task in `state` with this `result` and `error`, if it ended.
+pub(crate) fn task_outcome(
+    state: Option<&str>,
+    result: Option<&Element>,
+    error: Option<&Element>,
+) -> Option<TaskOutcome> {
+    match state {
+        Some("success") => Some(Ok(result.cloned())),
+        Some("error") => Some(Err(error.map(read_method_fault).unwrap_or_else(|| Fault {
+            kind: String::new(),
+            message: "the task failed without a fault".into(),
+            property: None,
+        }))),
+        _ => None,
+    }
+}
+
+impl Drop for Client {
+    /// Logs the session out (best effort: on the tokio runtime this is dropped on, if
+    /// any), so that vCenter does not keep it until it expires.
+    fn drop(&mut self) {
+        if let Some(k) = self
+            .keeper
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            k.abort();
+        }
+        let (Some(cookie), Some(content)) = (self.session.get_mut().take(), self.content.get())
+        else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (http, url) = (self.http.clone(), self.sdk_url.clone());
+        let this = content.session_manager.xml("_this");
+        runtime.spawn(async move {
+            let _ = post(&http, &url, "Logout", &this, Some(&cookie), None).await;
+        });
+    }
+}
+
+/// Keeps the session of `client` alive: a `CurrentTime` call whenever it has been idle
+/// for `every`. Ends when the client is gone or logged out.
+async fn keep_alive(client: Weak<Client>, every: Duration) {
+    loop {
+        let pause = {
+            let Some(c) = client.upgrade() else { return };
+            if c.session.read().await.is_none() {
+                return;
+            }
+            let idle = c
+                .last_used
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .elapsed();
+            every.saturating_sub(idle)
+        };
+        if pause.is_zero() {
+            let Some(c) = client.upgrade() else { return };
+            let this = Moref::new("ServiceInstance", "ServiceInstance").xml("_this");
+            if let Err(e) = c.call("CurrentTime", &this).await {
+                tracing::debug!(error = %e, "vSphere keep-alive call failed");
+            }
+            // A failed call still counts as use: it is tried again after `every`.
+            *c.last_used
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+            continue;
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Sends one request to `url`; the answer's `<method>Response` element (and the session
+/// cookie it set), or why not. `wait` is how much longer than a call the answer may take.
+async fn post(
+    http: &provider_http::HttpClient,
+    url: &str,
+    method: &str,
+    body: &str,
+    cookie: Option<&str>,
+    wait: Option<Duration>,
+) -> std::result::Result<(Element, Option<String>), CallError> {
+    let envelope = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+         <soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\" \
+         xmlns:xsd=\"http://www.w3.org/2001/XMLSchema\" \
+         xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\">\
+         <soapenv:Body><{method} xmlns=\"urn:vim25\">{body}</{method}></soapenv:Body>\
+         </soapenv:Envelope>"
+    );
+    let mut request = http
+        .inner()
+        .post(url)
+        .header("Content-Type", "text/xml; charset=utf-8")
+        .header("SOAPAction", SOAP_ACTION)
+        .body(envelope);
+    if let Some(cookie) = cookie {
+        request = request.header("Cookie", cookie);
+    }
+    if let Some(wait) = wait {
+        request = request.timeout(wait + CALL_MARGIN);
+    }
+    let answer = http
+        .send(request)
+        .await
+        .map_err(|e| CallError::Other(e.context(method)))?;
+    let status = answer.status();
+    let set_cookie = answer
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(session_cookie);
+    if answer
+        .content_length()
+        .is_some_and(|n| n > MAX_ANSWER as u64)
+    {
+        return Err(CallError::Other(Error::permanent(format!(
+            "{method}: the answer is over {MAX_ANSWER} bytes"
+        ))));
+    }
+    let bytes = answer
+        .bytes()
+        .await
+        .map_err(|e| CallError::Other(errors::transport(method, &e)))?;
+    let root = match xml::parse(&bytes) {
+        Ok(root) => root,
+        Err(why) if status.is_success() => {
+            return Err(CallError::Other(Error::transient(format!(
+                "{method}: the answer is not XML ({why})"
+            ))));
+        }
+        Err(_) => return Err(CallError::Other(errors::status(method, status))),
+    };
+    let Some(body) = root.child("Body") else {
+        return Err(CallError::Other(Error::transient(format!(
+            "{method}: the answer is no SOAP envelope (HTTP {status})"
+        ))));
+    };
+    if let Some(fault) = body.child("Fault") {
+        return Err(CallError::Fault(read_soap_fault(fault)));
+    }
+    let response = format!("{method}Response");
+    match body.children.iter().find(|c| c.name == response) {
+        Some(r) => Ok((r.clone(), set_cookie)),
+        None => Err(CallError::Other(Error::transient(format!(
+            "{method}: the answer has no {response} (HTTP {status})"
+        )))),
     }
 }
 
 /// A call error as the library's error.
-fn plain(e: CallError, method: &str) -> Error {
+pub(crate) fn plain(e: CallError, method: &str) -> Error {
     match e {
         CallError::Fault(f) => f.to_error(method),
         CallError::Other(e) => e,
@@ -551,7 +690,7 @@ fn read_soap_fault(fault: &Element) -> Fault {
 }
 
 /// A task's `LocalizedMethodFault`: `fault` (typed) and `localizedMessage`.
-fn read_method_fault(error: &Element) -> Fault {
+pub(crate) fn read_method_fault(error: &Element) -> Fault {
     let fault = error.child("fault");
     Fault {
         kind: fault

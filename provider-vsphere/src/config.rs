@@ -21,7 +21,9 @@ pub struct VmSettings {
     /// `image` takes precedence.
     pub template: Option<String>,
     /// The folder to put the VM in, an inventory path (`DC0/vm/machines`); default the
-    /// datacenter's `vm` folder.
+    /// datacenter's `vm` folder. The config's `defaults.folder` is also the folder the
+    /// provider watches for its machines (see [`VsphereConfig::folder`]): a spec's own
+    /// folder must be that folder or one under it.
     pub folder: Option<String>,
     /// The resource pool, an inventory path (`DC0/host/cluster1/Resources`). Required
     /// (here or in the config's defaults): cloning a template needs one.
@@ -38,8 +40,9 @@ pub struct VmSettings {
     /// template's.
     #[serde(rename = "diskGiB")]
     pub disk_gib: Option<u64>,
-    /// The network of the first network card, an inventory path
-    /// (`DC0/network/VM Network`); standard port groups. Default the template's.
+    /// The network of the first network card, an inventory path: a standard port group
+    /// (`DC0/network/VM Network`) or a distributed port group (`DC0/network/DC0_DVPG0`).
+    /// Default the template's.
     pub network: Option<String>,
     /// The user SSH logs in as on the machine (it depends on the template: `ubuntu`,
     /// `debian`), when the spec has no `ssh.user`. Without either, machines report no
@@ -146,6 +149,7 @@ pub struct VsphereConfig {
     pub(crate) call_timeout: Duration,
     pub(crate) task_timeout: Duration,
     pub(crate) soft_stop_timeout: Duration,
+    pub(crate) keep_alive: Duration,
 }
 
 /// Builds a [`VsphereConfig`]; [`VsphereConfigBuilder::build`] checks every field.
@@ -167,6 +171,7 @@ pub struct VsphereConfigBuilder {
     call_timeout: Option<Duration>,
     task_timeout: Option<Duration>,
     soft_stop_timeout: Option<Duration>,
+    keep_alive: Option<Duration>,
 }
 
 /// The YAML document's shape: the builder's settings in camelCase.
@@ -192,6 +197,8 @@ struct ConfigFile {
     task_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     soft_stop_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    keep_alive: Option<Duration>,
 }
 
 impl VsphereConfig {
@@ -256,6 +263,7 @@ impl VsphereConfig {
         b.call_timeout = f.call_timeout;
         b.task_timeout = f.task_timeout;
         b.soft_stop_timeout = f.soft_stop_timeout;
+        b.keep_alive = f.keep_alive;
         Ok(b)
     }
 
@@ -272,6 +280,19 @@ impl VsphereConfig {
     /// The defaults every machine's settings start from.
     pub fn defaults(&self) -> &VmSettings {
         &self.defaults
+    }
+
+    /// The folder the provider watches for its machines, an inventory path: the
+    /// defaults' `folder`, else the datacenter's `vm` folder. `find` and `list` see the
+    /// machines in it and in its subfolders; every machine is created there (a spec may
+    /// name a folder under it). With many other VMs in the datacenter, give the
+    /// provider a folder of its own: the provider reads every VM in its folder once, and
+    /// each change to one of them after.
+    pub fn folder(&self) -> String {
+        self.defaults
+            .folder
+            .clone()
+            .unwrap_or_else(|| format!("{}/vm", self.datacenter))
     }
 
     /// What to clone for `spec`: its settings over the defaults, checked.
@@ -303,12 +324,19 @@ impl VsphereConfig {
                 "no resource pool: set provider.resourcePool or the config's defaults.resourcePool (e.g. DC0/host/cluster1/Resources)",
             )
         })?;
+        let root = self.folder();
+        let folder = s.folder.clone().unwrap_or_else(|| root.clone());
+        if folder != root && !folder.starts_with(&format!("{root}/")) {
+            return Err(Error::invalid_spec(
+                "provider.folder",
+                format!(
+                    "{folder} is not {root} or a folder under it: the provider watches {root} for its machines (the config's defaults.folder)"
+                ),
+            ));
+        }
         Ok(ClonePlan {
             template,
-            folder: s
-                .folder
-                .clone()
-                .unwrap_or_else(|| format!("{}/vm", self.datacenter)),
+            folder,
             resource_pool,
             datastore: s.datastore.clone(),
             num_cpus: s.num_cpus,
@@ -462,10 +490,17 @@ impl VsphereConfigBuilder {
         self
     }
 
-    /// How long delete and stop wait for a guest shutdown before powering off hard
-    /// (default 30 s).
+    /// How long delete and stop wait for a guest shutdown (and reboot for a guest
+    /// restart) before powering off (resetting) hard (default 30 s).
     pub fn soft_stop_timeout(mut self, d: Duration) -> Self {
         self.soft_stop_timeout = Some(d);
+        self
+    }
+
+    /// How long the session may be idle before a keep-alive call (default 10 min;
+    /// vCenter ends sessions idle for 30 min by default).
+    pub fn keep_alive(mut self, d: Duration) -> Self {
+        self.keep_alive = Some(d);
         self
     }
 
@@ -564,6 +599,7 @@ impl VsphereConfigBuilder {
             call_timeout: d(self.call_timeout, 60, "callTimeout")?,
             task_timeout: d(self.task_timeout, 600, "taskTimeout")?,
             soft_stop_timeout: d(self.soft_stop_timeout, 30, "softStopTimeout")?,
+            keep_alive: d(self.keep_alive, 600, "keepAlive")?,
         })
     }
 }

@@ -94,6 +94,7 @@ pub mod provider;
 pub mod vm;
 
 mod client;
+mod collector;
 mod errors;
 mod xml;
 

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,35 +13,41 @@ use machine_core::{
     UserDataFormat, user_data,
 };
 
-use crate::client::{Client, Moref, ObjectContent, http_client};
+use crate::client::{Client, Moref, SessionKey};
+use crate::collector::Collector;
 use crate::config::{ClonePlan, VsphereConfig};
 use crate::guestinfo;
 use crate::vm::{
-    self, LABELS_KEY, NAME_KEY, OWNER_KEY, PATHS, SSH_USER_KEY, STARTED_KEY, Vm, option_value,
+    self, LABELS_KEY, NAME_KEY, OWNER_KEY, SSH_USER_KEY, STARTED_KEY, STOPPED_KEY, Vm, option_value,
 };
+use crate::xml::Element;
 
 /// The most user data accepted, counted as base64 (what guestinfo holds). vCenter
 /// keeps extraConfig values far larger, but every read of the VM's config carries
 /// them, so the provider keeps them small.
 pub const USER_DATA_LIMIT: usize = 64 * 1024;
 
+/// The longest a long poll waits on the server before asking again.
+const LONG_POLL: Duration = Duration::from_secs(30);
+
 /// vCenter VMs cloned from templates, as machines. See the crate documentation.
 pub struct VsphereProvider {
     config: VsphereConfig,
-    client: Client,
+    client: Arc<Client>,
+    /// The provider's own property collector: its VMs, and what its calls wait for.
+    collector: Collector,
     capabilities: Capabilities,
     /// Inventory paths already looked up (templates, folders, pools, datastores,
-    /// networks and the datacenter's `vm` folder), each once per provider: they are
-    /// rarely moved, and a call that names one that was moved or removed fails with
+    /// networks and the watched folder), each once per provider: they are rarely moved,
+    /// and a call that names one that was moved or removed fails with
     /// ManagedObjectNotFound, which forgets it (see [`VsphereProvider::forget`]).
     paths: Mutex<HashMap<String, Moref>>,
-    /// VMs' managed object ids by BIOS UUID (the provider ID), as found before: a VM
-    /// keeps its id for life, so a `get` is one call instead of FindByUuid and one.
-    vms: Mutex<HashMap<String, Moref>>,
+    /// How a network card joins the network at a path (a distributed port group needs
+    /// its switch's UUID and its key), looked up with the path.
+    networks: Mutex<HashMap<String, Backing>>,
+    /// Templates' devices, read when a clone edits its disk or network card.
+    devices: Mutex<HashMap<Moref, Element>>,
 }
-
-/// How many VM ids the provider remembers at most.
-const KNOWN_VMS: usize = 8192;
 
 impl fmt::Display for VsphereProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -61,9 +67,9 @@ impl fmt::Debug for VsphereProvider {
     }
 }
 
-/// Whether a failed first power-on (or the hardware edit before it) means the clone
-/// will never start as asked: then it is destroyed, so that a refused create leaves no
-/// machine. Retryable errors, timeouts and conflicts leave it for the next create.
+/// Whether a failed first power-on means the clone will never start as asked: then it
+/// is destroyed, so that a refused create leaves no machine. Retryable errors, timeouts
+/// and conflicts leave it for the next create.
 fn refused(kind: ErrorKind) -> bool {
     matches!(
         kind,
@@ -75,17 +81,33 @@ fn refused(kind: ErrorKind) -> bool {
     )
 }
 
+/// Whether `e` is vCenter's InvalidPowerState (the VM is already, or not yet, there).
+fn wrong_power_state(e: &Error) -> bool {
+    e.kind() == ErrorKind::Conflict && e.message().contains("InvalidPowerState")
+}
+
+/// Locks a cache, whatever a panicking holder left.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl VsphereProvider {
-    /// A provider for `config`; builds the HTTP client, makes no call.
+    /// A provider for `config`; makes no call. Providers of one process with the same
+    /// URL, user, password, TLS settings and timeouts share one session.
     pub fn new(config: VsphereConfig) -> Result<Self> {
-        let http = http_client(&config.tls, config.connect_timeout, config.call_timeout)?;
-        let client = Client::new(
-            http,
-            config.sdk_url.clone(),
-            config.username.clone(),
-            config.password.clone(),
-            config.task_timeout,
-        );
+        let client = Client::shared(&SessionKey {
+            sdk_url: config.sdk_url.clone(),
+            user: config.username.clone(),
+            password: config.password.clone(),
+            tls: config.tls.clone(),
+            connect_timeout: config.connect_timeout,
+            call_timeout: config.call_timeout,
+            keep_alive: config.keep_alive,
+        })?;
+        let long_poll = LONG_POLL
+            .min(config.call_timeout / 2)
+            .max(Duration::from_secs(1));
+        let collector = Collector::new(client.clone(), long_poll);
         let capabilities = Capabilities::default()
             .with_user_data(
                 UserDataDelivery::new(
@@ -97,14 +119,17 @@ impl VsphereProvider {
                 )
                 .with_gzip(true),
             )
-            .with_power(PowerOperations::all())
+            // Stop and reboot ask the guest (VMware Tools) first, then force.
+            .with_power(PowerOperations::all().with_graceful(true))
             .with_withdrawn_user_data(true);
         Ok(VsphereProvider {
             config,
             client,
+            collector,
             capabilities,
             paths: Mutex::new(HashMap::new()),
-            vms: Mutex::new(HashMap::new()),
+            networks: Mutex::new(HashMap::new()),
+            devices: Mutex::new(HashMap::new()),
         })
     }
 
@@ -113,7 +138,9 @@ impl VsphereProvider {
         &self.config
     }
 
-    /// Ends the session (a later call logs in again).
+    /// Ends the session this provider shares with the others of the process that use
+    /// the same login (a later call of any of them logs in again). Dropping the last
+    /// provider of a session logs it out too.
     pub async fn logout(&self) -> Result<()> {
         self.client.logout().await
     }
@@ -129,7 +156,8 @@ impl VsphereProvider {
     /// asking again does not remove it. Its message never shows the value.
     async fn scrub_user_data(&self, id: &ProviderId) -> Result<()> {
         let vm = self.owned(id).await?;
-        if !vm.holds(guestinfo::USERDATA) && !vm.holds(guestinfo::USERDATA_ENCODING) {
+        let now = self.read_extra(&vm.moref, id).await?;
+        if !now.holds(guestinfo::USERDATA) && !now.holds(guestinfo::USERDATA_ENCODING) {
             return Ok(());
         }
         let spec = format!(
@@ -138,12 +166,7 @@ impl VsphereProvider {
             option_value(guestinfo::USERDATA_ENCODING, "")
         );
         self.reconfigure(&vm.moref, &spec).await?;
-        let after = self
-            .client
-            .properties(&vm.moref, PATHS)
-            .await?
-            .map(|o| Vm::from_content(&o))
-            .ok_or_else(|| Error::not_found(format!("{self}: no machine {id}")))?;
+        let after = self.read_extra(&vm.moref, id).await?;
         if after.holds(guestinfo::USERDATA) {
             return Err(Error::permanent(format!(
                 "{self}: {} is still in the extraConfig of {id} after it was set to \"\" \
@@ -156,24 +179,32 @@ impl VsphereProvider {
         Ok(())
     }
 
-    /// The cached object of inventory path `path`, if it was looked up before.
-    fn cached(&self, path: &str) -> Option<Moref> {
-        self.paths
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(path)
-            .cloned()
+    /// The VM's extraConfig as the server has it now (read, not from the mirror): what
+    /// anyone who may read the VM sees.
+    async fn read_extra(&self, vm: &Moref, id: &ProviderId) -> Result<Vm> {
+        self.client
+            .properties(vm, &["config.extraConfig"])
+            .await?
+            .map(|o| Vm::from_content(&o))
+            .ok_or_else(|| Error::not_found(format!("{self}: no machine {id}")))
     }
 
-    /// Forgets the objects of these inventory paths: a call naming one of them was
-    /// answered ManagedObjectNotFound (moved, removed, or made again under the path).
+    /// The cached object of inventory path `path`, if it was looked up before.
+    fn cached(&self, path: &str) -> Option<Moref> {
+        lock(&self.paths).get(path).cloned()
+    }
+
+    /// Forgets the objects of these inventory paths (and what was read of them): a call
+    /// naming one of them was answered ManagedObjectNotFound (moved, removed, or made
+    /// again under the path).
     fn forget<'a>(&self, paths: impl IntoIterator<Item = &'a str>) {
-        let mut cache = self
-            .paths
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = lock(&self.paths);
+        let mut networks = lock(&self.networks);
         for p in paths {
-            cache.remove(p);
+            if let Some(m) = cache.remove(p) {
+                lock(&self.devices).remove(&m);
+            }
+            networks.remove(p);
         }
     }
 
@@ -184,182 +215,91 @@ impl VsphereProvider {
         }
         let found = self.client.find_by_inventory_path(path).await?;
         if let Some(m) = &found {
-            self.paths
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(path.to_owned(), m.clone());
+            lock(&self.paths).insert(path.to_owned(), m.clone());
         }
         Ok(found)
     }
 
-    /// The datacenter's `vm` folder's path: every VM of the datacenter is under it.
-    fn vm_root_path(&self) -> String {
-        format!("{}/vm", self.config.datacenter)
+    /// The folder watched for this provider's machines, looked up once and handed to
+    /// the collector.
+    async fn watch_folder(&self) -> Result<()> {
+        let path = self.config.folder();
+        let root = match self.lookup(&path).await? {
+            Some(m) if m.kind == "Folder" => m,
+            found => {
+                let what = match found {
+                    Some(m) => format!("{path} is a {}, not a folder", m.kind),
+                    None => format!("nothing at inventory path {path}"),
+                };
+                return Err(match self.config.defaults.folder {
+                    Some(_) => Error::invalid_spec("defaults.folder", what),
+                    None => Error::invalid_spec(
+                        "datacenter",
+                        format!("no datacenter {:?} ({what})", self.config.datacenter),
+                    ),
+                });
+            }
+        };
+        self.collector.watch(&root);
+        Ok(())
     }
 
-    async fn vm_root(&self) -> Result<Moref> {
-        let path = self.vm_root_path();
-        self.lookup(&path).await?.ok_or_else(|| {
-            Error::invalid_spec(
-                "datacenter",
-                format!(
-                    "no datacenter {:?} (no folder {path})",
-                    self.config.datacenter
-                ),
-            )
-        })
-    }
-
-    /// Properties `paths` of every VM of the datacenter, in one call; the `vm` folder
-    /// is looked up again, once, when the server no longer knows the cached one.
-    async fn all_vms(&self, paths: &[&str]) -> Result<Vec<ObjectContent>> {
-        let root = self.vm_root().await?;
-        match self.client.vms_under(&root, paths).await {
+    /// Makes the mirror as current as the server (see [`Collector::barrier`]). A
+    /// watched folder the server no longer knows is looked up again, once.
+    async fn fresh(&self) -> Result<()> {
+        self.watch_folder().await?;
+        match self.collector.barrier().await {
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                self.forget([self.vm_root_path().as_str()]);
-                let root = self.vm_root().await?;
-                self.client.vms_under(&root, paths).await
+                self.forget([self.config.folder().as_str()]);
+                self.watch_folder().await?;
+                self.collector.barrier().await.map_err(|e| {
+                    if e.kind() == ErrorKind::NotFound {
+                        Error::transient(e.message().to_owned())
+                    } else {
+                        e
+                    }
+                })
             }
             other => other,
         }
     }
 
-    /// Every VM of this owner in the datacenter.
-    async fn owned_vms(&self) -> Result<Vec<Vm>> {
-        let vms: Vec<Vm> = self
-            .all_vms(PATHS)
-            .await?
-            .iter()
-            .map(Vm::from_content)
-            .filter(|v| v.owned_by(&self.config.owner))
-            .collect();
-        for v in &vms {
-            if let Some(uuid) = &v.uuid {
-                self.remember_vm(uuid, &v.moref);
-            }
-        }
-        Ok(vms)
+    /// This owner's VMs named `name` in the mirror, oldest (lowest managed object id)
+    /// first: the first is the machine, any other a duplicate.
+    fn named(&self, name: &MachineName) -> Vec<Vm> {
+        let owner = &self.config.owner;
+        oldest_first(
+            self.collector
+                .vms(|v| v.owned_by(owner) && v.machine_name() == Some(name.as_str())),
+        )
     }
 
-    /// This owner's VMs named `name`, oldest (lowest managed object id) first: the
-    /// first is the machine, any other a duplicate.
-    async fn named(&self, name: &MachineName) -> Result<Vec<Vm>> {
-        let vms = self
-            .owned_vms()
-            .await?
-            .into_iter()
-            .filter(|v| v.machine_name() == Some(name.as_str()))
-            .collect();
-        Ok(oldest_first(vms))
-    }
-
-    /// Settles the name once `mine` was cloned for it: the machine is the oldest of
-    /// this owner's VMs of that name; `None` when that is `mine`, else the older VM.
-    /// Only VMs whose vSphere name is the machine's are looked at, since every create
-    /// clones under the machine's name: a clone a concurrent create made is among them,
-    /// and a VM made earlier was adopted before cloning. Usually `mine` is alone, and
-    /// the settlement is one listing of names.
-    async fn settle(&self, name: &MachineName, mine: &Moref) -> Result<Option<Vm>> {
-        let same: Vec<Moref> = self
-            .all_vms(&["name"])
-            .await?
-            .into_iter()
-            .filter(|o| o.text("name") == Some(name.as_str()))
-            .map(|o| o.obj)
-            .collect();
-        if !same.contains(mine) {
-            return Err(Error::transient(format!(
-                "{self}: the clone of {name} vanished"
-            )));
-        }
-        if same.len() == 1 {
-            return Ok(None);
-        }
-        let vms: Vec<Vm> = self
-            .client
-            .properties_of("VirtualMachine", &same, PATHS)
-            .await?
-            .iter()
-            .map(Vm::from_content)
-            .filter(|v| v.owned_by(&self.config.owner) && v.machine_name() == Some(name.as_str()))
-            .collect();
-        Ok(oldest_first(vms)
-            .into_iter()
-            .next()
-            .filter(|oldest| oldest.moref != *mine))
-    }
-
-    /// The VM with this provider ID, when it exists.
-    /// A VM found by its UUID before is read directly (one call); one that is gone
-    /// from there (destroyed, or registered again under another id) is looked up anew.
-    async fn by_id(&self, id: &ProviderId) -> Result<Option<Vm>> {
+    /// The VM with this provider ID, when it is in the watched folder: from the
+    /// mirror, which is made current first when it does not know it.
+    async fn known(&self, id: &ProviderId) -> Result<Option<Vm>> {
         let uuid = vm::uuid_of(id)?;
-        if let Some(moref) = self.known_vm(uuid) {
-            let read = self.client.properties(&moref, PATHS).await?;
-            match read.map(|o| Vm::from_content(&o)) {
-                Some(vm) if vm.uuid.as_deref() == Some(uuid) => return Ok(Some(vm)),
-                _ => self.forget_vm(uuid),
-            }
+        if let Some(vm) = self.collector.by_uuid(uuid) {
+            return Ok(Some(vm));
         }
-        let Some(moref) = self.client.find_by_uuid(uuid).await? else {
-            return Ok(None);
-        };
-        let vm = self
-            .client
-            .properties(&moref, PATHS)
-            .await?
-            .map(|o| Vm::from_content(&o));
-        if vm.is_some() {
-            self.remember_vm(uuid, &moref);
-        }
-        Ok(vm)
-    }
-
-    fn known_vm(&self, uuid: &str) -> Option<Moref> {
-        self.vms
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(uuid)
-            .cloned()
-    }
-
-    /// Remembers a VM's id by its UUID; the memory is bounded (emptied when full),
-    /// since it only saves a lookup.
-    fn remember_vm(&self, uuid: &str, moref: &Moref) {
-        let mut vms = self
-            .vms
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if vms.len() >= KNOWN_VMS {
-            vms.clear();
-        }
-        vms.insert(uuid.to_owned(), moref.clone());
-    }
-
-    fn forget_vm(&self, uuid: &str) {
-        self.vms
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(uuid);
+        self.fresh().await?;
+        Ok(self.collector.by_uuid(uuid))
     }
 
     /// The VM with this provider ID when this owner made it; NotFound otherwise.
     async fn owned(&self, id: &ProviderId) -> Result<Vm> {
-        match self.by_id(id).await? {
+        match self.known(id).await? {
             Some(vm) if vm.owned_by(&self.config.owner) => Ok(vm),
             _ => Err(Error::not_found(format!("{self}: no machine {id}"))),
         }
     }
 
     /// An inventory path's object (looked up once), or an invalid spec naming `field`.
-    async fn resolve(&self, path: &str, field: &str, kind: &str) -> Result<Moref> {
+    async fn resolve(&self, path: &str, field: &str, kinds: &[&str]) -> Result<Moref> {
         match self.lookup(path).await? {
-            Some(m) if m.kind == kind || (kind == "ResourcePool" && m.kind == "VirtualApp") => {
-                Ok(m)
-            }
+            Some(m) if kinds.contains(&m.kind.as_str()) => Ok(m),
             Some(m) => Err(Error::invalid_spec(
                 field,
-                format!("{path} is a {}, not a {kind}", m.kind),
+                format!("{path} is a {}, not a {}", m.kind, kinds[0]),
             )),
             None => Err(Error::invalid_spec(
                 field,
@@ -372,34 +312,127 @@ impl VsphereProvider {
     async fn placement(&self, plan: &ClonePlan) -> Result<Placement> {
         let (template_path, template_field) = &plan.template;
         let template = self
-            .resolve(template_path, template_field, "VirtualMachine")
+            .resolve(template_path, template_field, &["VirtualMachine"])
             .await?;
         let folder = self
-            .resolve(&plan.folder, "provider.folder", "Folder")
+            .resolve(&plan.folder, "provider.folder", &["Folder"])
             .await?;
         let pool = self
-            .resolve(&plan.resource_pool, "provider.resourcePool", "ResourcePool")
+            .resolve(
+                &plan.resource_pool,
+                "provider.resourcePool",
+                &["ResourcePool", "VirtualApp"],
+            )
             .await?;
         let datastore = match &plan.datastore {
-            Some(ds) => Some(self.resolve(ds, "provider.datastore", "Datastore").await?),
+            Some(ds) => Some(
+                self.resolve(ds, "provider.datastore", &["Datastore"])
+                    .await?,
+            ),
             None => None,
         };
-        let network = self.network(plan).await?;
+        let network = match &plan.network {
+            Some(path) => Some(self.backing(path).await?),
+            None => None,
+        };
+        let devices = if plan.disk_gib.is_some() || network.is_some() {
+            Some(self.template_devices(&template).await?)
+        } else {
+            None
+        };
         Ok(Placement {
             template,
             folder,
             pool,
             datastore,
             network,
+            devices,
         })
     }
 
-    /// The plan's network, resolved.
-    async fn network(&self, plan: &ClonePlan) -> Result<Option<Moref>> {
-        match &plan.network {
-            Some(n) => Ok(Some(self.resolve(n, "provider.network", "Network").await?)),
-            None => Ok(None),
+    /// How a network card joins the network at `path`: a standard port group by its
+    /// object, a distributed one by its switch's UUID and its key (read once).
+    async fn backing(&self, path: &str) -> Result<Backing> {
+        if let Some(b) = lock(&self.networks).get(path) {
+            return Ok(b.clone());
         }
+        let field = "provider.network";
+        let net = self
+            .resolve(
+                path,
+                field,
+                &[
+                    "Network",
+                    "DistributedVirtualPortgroup",
+                    "DistributedVirtualSwitch",
+                    "VmwareDistributedVirtualSwitch",
+                    "OpaqueNetwork",
+                ],
+            )
+            .await?;
+        let name = path.rsplit('/').next().unwrap_or(path).to_owned();
+        let backing = match net.kind.as_str() {
+            "Network" => Backing::Standard { network: net, name },
+            "DistributedVirtualPortgroup" => {
+                let pg = self
+                    .client
+                    .properties(&net, &["key", "config.distributedVirtualSwitch"])
+                    .await?
+                    .ok_or_else(|| Error::not_found(format!("{path} vanished")))?;
+                let key = pg.text("key").unwrap_or("").trim().to_owned();
+                let switch = pg
+                    .prop("config.distributedVirtualSwitch")
+                    .and_then(Moref::from_element)
+                    .ok_or_else(|| {
+                        Error::invalid_spec(field, format!("{path} belongs to no switch"))
+                    })?;
+                let uuid = self
+                    .client
+                    .properties(&switch, &["uuid"])
+                    .await?
+                    .and_then(|o| o.text("uuid").map(|u| u.trim().to_owned()))
+                    .filter(|u| !u.is_empty())
+                    .ok_or_else(|| {
+                        Error::invalid_spec(field, format!("the switch of {path} has no UUID"))
+                    })?;
+                if key.is_empty() {
+                    return Err(Error::invalid_spec(field, format!("{path} has no key")));
+                }
+                Backing::Distributed {
+                    switch_uuid: uuid,
+                    portgroup_key: key,
+                }
+            }
+            "OpaqueNetwork" => {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!("{path} is an NSX opaque network, which this provider does not join"),
+                ));
+            }
+            kind => {
+                return Err(Error::invalid_spec(
+                    field,
+                    format!("{path} is a {kind}: name one of its port groups"),
+                ));
+            }
+        };
+        lock(&self.networks).insert(path.to_owned(), backing.clone());
+        Ok(backing)
+    }
+
+    /// The template's devices, read once.
+    async fn template_devices(&self, template: &Moref) -> Result<Element> {
+        if let Some(d) = lock(&self.devices).get(template) {
+            return Ok(d.clone());
+        }
+        let devices = self
+            .client
+            .properties(template, &["config.hardware.device"])
+            .await?
+            .and_then(|o| o.prop("config.hardware.device").cloned())
+            .unwrap_or_default();
+        lock(&self.devices).insert(template.clone(), devices.clone());
+        Ok(devices)
     }
 
     /// Every inventory path of the plan, to forget them when a call naming them was
@@ -415,135 +448,116 @@ impl VsphereProvider {
         paths
     }
 
+    /// Calls a method that returns a task on `vm`, and waits for the task through the
+    /// collector.
+    async fn task(&self, method: &str, body: &str) -> Result<Option<Element>> {
+        let task = self.client.start_task(method, body).await?;
+        self.collector
+            .wait_task(method, &task, self.config.task_timeout)
+            .await
+    }
+
     async fn reconfigure(&self, vm: &Moref, spec: &str) -> Result<()> {
-        self.client
-            .task("ReconfigVM_Task", &format!("{}{spec}", vm.xml("_this")))
+        self.task("ReconfigVM_Task", &format!("{}{spec}", vm.xml("_this")))
             .await
             .map(drop)
     }
 
-    /// A power task; `ok_state` (InvalidPowerState: already there) counts as done.
+    /// A power task; InvalidPowerState (already there) counts as done.
     async fn power_task(&self, method: &str, vm: &Moref) -> Result<()> {
-        match self.client.task(method, &vm.xml("_this")).await {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.kind() == ErrorKind::Conflict && e.message().contains("InvalidPowerState") =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(e),
+        match self.task(method, &vm.xml("_this")).await {
+            Err(e) if wrong_power_state(&e) => Ok(()),
+            other => other.map(drop),
         }
     }
 
-    /// Asks the guest to shut down, waits up to the soft-stop timeout, then powers off.
-    /// `known` is the power state just read, when the caller has it.
+    /// Asks the guest to shut down (VMware Tools' ShutdownGuest), waits up to the
+    /// soft-stop timeout for the VM to be off (pushed by the collector), then powers it
+    /// off. `known` is the power state the mirror has, when the caller has it.
     async fn stop_vm(&self, vm: &Moref, known: Option<&str>) -> Result<()> {
-        let state = |o: Option<ObjectContent>| {
-            o.and_then(|o| o.text("runtime.powerState").map(str::to_owned))
-        };
-        let now = match known {
-            Some(k) => Some(k.to_owned()),
-            None => state(self.client.properties(vm, &["runtime.powerState"]).await?),
-        };
-        match now.as_deref() {
-            Some("poweredOff") | None => return Ok(()),
-            _ => {}
+        if known == Some("poweredOff") {
+            return Ok(());
         }
-        // Soft first: a guest without VMware Tools refuses, and the hard stop follows.
-        if self
-            .client
-            .call("ShutdownGuest", &vm.xml("_this"))
-            .await
-            .is_ok()
-        {
-            let deadline = tokio::time::Instant::now() + self.config.soft_stop_timeout;
-            let mut pause = Duration::from_millis(50);
-            loop {
-                let now = state(self.client.properties(vm, &["runtime.powerState"]).await?);
-                if now.as_deref() != Some("poweredOn") {
+        match self.client.call("ShutdownGuest", &vm.xml("_this")).await {
+            Ok(_) => {
+                let off = self
+                    .collector
+                    .wait_vm(vm, self.config.soft_stop_timeout, |v| {
+                        v.is_none_or(|v| v.power != "poweredOn")
+                    })
+                    .await?;
+                if off {
                     return Ok(());
                 }
-                if tokio::time::Instant::now() + pause > deadline {
-                    break;
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
+                tracing::info!(vm = %vm, "the guest did not shut down in time; powering off");
             }
+            // Off already (or suspended: powered off below).
+            Err(e) if wrong_power_state(&e) && known != Some("suspended") => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(e),
+            // No VMware Tools in the guest, or a server without the call: hard.
+            Err(e) => tracing::debug!(vm = %vm, error = %e, "no guest shutdown; powering off"),
         }
         self.power_task("PowerOffVM_Task", vm).await
     }
 
-    /// Powers off (soft, then hard) and destroys; gone is success. `known` is the
-    /// power state just read, when the caller has it.
+    /// Asks the guest to restart (VMware Tools' RebootGuest) and waits up to the
+    /// soft-stop timeout for it to go down (its guest state, `running` while VMware
+    /// Tools run, changes), else resets the VM.
+    async fn reboot_vm(&self, vm: &Moref) -> Result<()> {
+        let before = self
+            .collector
+            .vm(vm)
+            .map(|v| (v.power, v.guest_state))
+            .unwrap_or_default();
+        match self.client.call("RebootGuest", &vm.xml("_this")).await {
+            Ok(_) => {
+                let restarting = self
+                    .collector
+                    .wait_vm(vm, self.config.soft_stop_timeout, |v| {
+                        v.is_none_or(|v| (&v.power, &v.guest_state) != (&before.0, &before.1))
+                    })
+                    .await?;
+                if restarting {
+                    return Ok(());
+                }
+                tracing::info!(vm = %vm, "the guest did not restart in time; resetting");
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(e),
+            Err(e) => tracing::debug!(vm = %vm, error = %e, "no guest restart; resetting"),
+        }
+        self.power_task("ResetVM_Task", vm).await
+    }
+
+    /// Powers off (soft, then hard) and destroys; gone is success. `known` is the power
+    /// state the mirror has, when the caller has it: if it was behind (Destroy_Task
+    /// answers InvalidPowerState), the VM is powered off and destroyed again.
     async fn destroy(&self, vm: &Moref, known: Option<&str>) -> Result<()> {
         let gone = |e: &Error| e.kind() == ErrorKind::NotFound;
         match self.stop_vm(vm, known).await {
             Err(e) if gone(&e) => return Ok(()),
             other => other?,
         }
-        match self.client.task("Destroy_Task", &vm.xml("_this")).await {
+        match self.task("Destroy_Task", &vm.xml("_this")).await {
             Err(e) if gone(&e) => Ok(()),
+            Err(e) if wrong_power_state(&e) => {
+                match self.power_task("PowerOffVM_Task", vm).await {
+                    Err(e) if gone(&e) => return Ok(()),
+                    other => other?,
+                }
+                match self.task("Destroy_Task", &vm.xml("_this")).await {
+                    Err(e) if gone(&e) => Ok(()),
+                    other => other.map(drop),
+                }
+            }
             other => other.map(drop),
         }
     }
 
-    /// Sets CPU, memory, disk size and network on the (powered-off) clone. vCenter
-    /// applies the clone spec's CPU and memory itself but vcsim does not, and a disk or
-    /// network edit needs the clone's own devices; one reconfigure does all.
-    async fn apply_hardware(
-        &self,
-        vm: &Moref,
-        plan: &ClonePlan,
-        network: Option<&Moref>,
-    ) -> Result<()> {
-        let mut spec = String::new();
-        if let Some(c) = plan.num_cpus {
-            let _ = write!(spec, "<numCPUs>{c}</numCPUs>");
-        }
-        if let Some(m) = plan.memory_mib {
-            let _ = write!(spec, "<memoryMB>{m}</memoryMB>");
-        }
-        if plan.disk_gib.is_some() || plan.network.is_some() {
-            let devices = self
-                .client
-                .properties(vm, &["config.hardware.device"])
-                .await?
-                .and_then(|o| o.prop("config.hardware.device").cloned())
-                .unwrap_or_default();
-            if let Some(gib) = plan.disk_gib {
-                spec.push_str(&disk_edit(&devices, gib)?);
-            }
-            if let (Some(path), Some(network)) = (&plan.network, network) {
-                let name = path.rsplit('/').next().unwrap_or(path);
-                spec.push_str(&nic_edit(&devices, network, name)?);
-            }
-        }
-        if spec.is_empty() {
-            return Ok(());
-        }
-        self.reconfigure(
-            vm,
-            &format!("<spec xsi:type=\"VirtualMachineConfigSpec\">{spec}</spec>"),
-        )
-        .await
-    }
-
-    /// Brings a clone that was never started up: its hardware as planned, powered on,
-    /// then marked started. A refusal of the hardware or the power-on (no capacity, no
-    /// permission, a spec it cannot take) destroys the clone, so that the refused create
-    /// leaves no machine; other errors leave it for the next create to finish.
-    async fn start_clone(
-        &self,
-        vm: &Moref,
-        plan: &ClonePlan,
-        network: Option<&Moref>,
-    ) -> Result<()> {
-        let started = async {
-            self.apply_hardware(vm, plan, network).await?;
-            self.power_task("PowerOnVM_Task", vm).await
-        }
-        .await;
-        if let Err(e) = started {
+    /// Powers on a clone that was never started. A refusal (no capacity, no permission,
+    /// a spec it cannot take) destroys the clone, so that the refused create leaves no
+    /// machine; other errors leave it for the next create to finish.
+    async fn start_clone(&self, vm: &Moref) -> Result<()> {
+        if let Err(e) = self.power_task("PowerOnVM_Task", vm).await {
             if refused(e.kind()) {
                 tracing::info!(vm = %vm, error = %e, "the clone cannot start as asked; destroying it");
                 if let Err(cleanup) = self.destroy(vm, Some("poweredOff")).await {
@@ -552,62 +566,38 @@ impl VsphereProvider {
             }
             return Err(e);
         }
-        self.mark_started(vm).await
-    }
-
-    /// Marks the VM as started once (see [`STARTED_KEY`]).
-    async fn mark_started(&self, vm: &Moref) -> Result<()> {
-        self.reconfigure(
-            vm,
-            &format!(
-                "<spec xsi:type=\"VirtualMachineConfigSpec\">{}</spec>",
-                option_value(STARTED_KEY, "true")
-            ),
-        )
-        .await
+        Ok(())
     }
 
     /// Returns the machine of `existing`, this owner's VM of the spec's name; a clone a
-    /// create left before power-on (a crash, a cancel, a lost answer) is finished first.
-    async fn adopt(&self, existing: Vm, plan: &ClonePlan, name: &MachineName) -> Result<Machine> {
-        if existing.extra(STARTED_KEY).is_none() {
-            match existing.power.as_str() {
-                "poweredOff" => {
-                    let network = self.network(plan).await?;
-                    match self
-                        .start_clone(&existing.moref, plan, network.as_ref())
-                        .await
-                    {
-                        // Its own creator powered it on meanwhile (the hardware edit
-                        // found it running).
-                        Err(e) if e.kind() == ErrorKind::Conflict => {}
-                        other => other?,
-                    }
-                    return self.machine_of(&existing.moref, name).await;
-                }
-                // Powered on by a create that stopped before marking it.
-                "poweredOn" => self.mark_started(&existing.moref).await?,
-                _ => {}
+    /// create left before power-on (a crash, a cancel, a lost answer) is started first.
+    async fn adopt(&self, existing: Vm, name: &MachineName) -> Result<Machine> {
+        if existing.power == "poweredOff" && !existing.stopped_on_purpose() {
+            match self.start_clone(&existing.moref).await {
+                // Its own creator powered it on meanwhile.
+                Err(e) if e.kind() == ErrorKind::Conflict => {}
+                other => other?,
             }
+            return self.machine_of(&existing.moref, name).await;
         }
         existing
             .machine()
             .ok_or_else(|| Error::transient(format!("{self}: {name} has no BIOS UUID yet")))
     }
 
-    /// The machine of the VM `vm`, read now.
+    /// The machine of the VM `vm`, from the mirror (current with the tasks this
+    /// provider just waited for); made current once when it does not know it.
     async fn machine_of(&self, vm: &Moref, name: &MachineName) -> Result<Machine> {
-        let read = self
-            .client
-            .properties(vm, PATHS)
-            .await?
-            .map(|o| Vm::from_content(&o));
-        if let Some(uuid) = read.as_ref().and_then(|v| v.uuid.as_deref()) {
-            self.remember_vm(uuid, vm);
+        if let Some(m) = self.collector.vm(vm).and_then(|v| v.machine()) {
+            return Ok(m);
         }
-        read.and_then(|v| v.machine()).ok_or_else(|| {
-            Error::transient(format!("{self}: {name} vanished or has no BIOS UUID yet"))
-        })
+        self.fresh().await?;
+        self.collector
+            .vm(vm)
+            .and_then(|v| v.machine())
+            .ok_or_else(|| {
+                Error::transient(format!("{self}: {name} vanished or has no BIOS UUID yet"))
+            })
     }
 
     /// Clones the template for `spec`; the new VM. An object of the placement that
@@ -618,27 +608,27 @@ impl VsphereProvider {
         plan: &ClonePlan,
         spec: &MachineSpec,
         user_data: Option<&UserData>,
-    ) -> Result<(Moref, Placement)> {
-        let mut place = self.placement(plan).await?;
-        let mut body = self.clone_body(&place, plan, spec, user_data)?;
-        let result = match self.client.task("CloneVM_Task", &body).await {
+    ) -> Result<Moref> {
+        let place = self.placement(plan).await?;
+        let body = self.clone_body(&place, plan, spec, user_data)?;
+        let result = match self.task("CloneVM_Task", &body).await {
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 self.forget(Self::plan_paths(plan));
-                place = self.placement(plan).await?;
-                body = self.clone_body(&place, plan, spec, user_data)?;
-                self.client.task("CloneVM_Task", &body).await?
+                let place = self.placement(plan).await?;
+                let body = self.clone_body(&place, plan, spec, user_data)?;
+                self.task("CloneVM_Task", &body).await?
             }
             other => other?,
         };
-        let mine = result
+        result
             .as_ref()
             .and_then(Moref::from_element)
-            .ok_or_else(|| Error::transient("CloneVM_Task: no VM in the task's result"))?;
-        Ok((mine, place))
+            .ok_or_else(|| Error::transient("CloneVM_Task: no VM in the task's result"))
     }
 
-    /// The clone spec: where, how big, and the tags and guestinfo in extraConfig (so
-    /// a VM is never visible without its owner and name).
+    /// The clone spec: where, how big (CPUs, memory, disk and network card: vCenter
+    /// applies them in the clone), and the tags and guestinfo in extraConfig (so a VM
+    /// is never visible without its owner and name).
     fn clone_body(
         &self,
         place: &Placement,
@@ -657,6 +647,12 @@ impl VsphereProvider {
         }
         if let Some(mem) = plan.memory_mib {
             let _ = write!(config, "<memoryMB>{mem}</memoryMB>");
+        }
+        if let (Some(gib), Some(devices)) = (plan.disk_gib, &place.devices) {
+            config.push_str(&disk_edit(devices, gib)?);
+        }
+        if let (Some(backing), Some(devices)) = (&place.network, &place.devices) {
+            config.push_str(&nic_edit(devices, backing)?);
         }
         config.push_str(&option_value(OWNER_KEY, &self.config.owner));
         config.push_str(&option_value(NAME_KEY, spec.name.as_str()));
@@ -689,6 +685,18 @@ impl VsphereProvider {
     }
 }
 
+/// How a network card joins a network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Backing {
+    /// A standard port group: its object and name.
+    Standard { network: Moref, name: String },
+    /// A distributed port group: its switch's UUID and its key.
+    Distributed {
+        switch_uuid: String,
+        portgroup_key: String,
+    },
+}
+
 /// VMs sorted oldest (lowest managed object id, which vCenter hands out in increasing
 /// order) first.
 fn oldest_first(mut vms: Vec<Vm>) -> Vec<Vm> {
@@ -697,7 +705,7 @@ fn oldest_first(mut vms: Vec<Vm>) -> Vec<Vm> {
 }
 
 /// A deviceChange growing the first disk to `gib`.
-fn disk_edit(devices: &crate::xml::Element, gib: u64) -> Result<String> {
+fn disk_edit(devices: &Element, gib: u64) -> Result<String> {
     let mut disk = devices
         .children
         .iter()
@@ -731,8 +739,8 @@ fn disk_edit(devices: &crate::xml::Element, gib: u64) -> Result<String> {
     ))
 }
 
-/// A deviceChange putting the first network card on the standard port group `network`.
-fn nic_edit(devices: &crate::xml::Element, network: &Moref, name: &str) -> Result<String> {
+/// A deviceChange putting the first network card on `backing`'s network.
+fn nic_edit(devices: &Element, backing: &Backing) -> Result<String> {
     let mut nic = devices
         .children
         .iter()
@@ -741,11 +749,21 @@ fn nic_edit(devices: &crate::xml::Element, network: &Moref, name: &str) -> Resul
         .ok_or_else(|| {
             Error::invalid_spec("provider.network", "the template has no network card")
         })?;
-    let backing = format!(
-        "<backing xsi:type=\"VirtualEthernetCardNetworkBackingInfo\"><deviceName>{}</deviceName>{}</backing>",
-        crate::xml::escape(name),
-        network.xml("network")
-    );
+    let backing = match backing {
+        Backing::Standard { network, name } => format!(
+            "<backing xsi:type=\"VirtualEthernetCardNetworkBackingInfo\"><deviceName>{}</deviceName>{}</backing>",
+            crate::xml::escape(name),
+            network.xml("network")
+        ),
+        Backing::Distributed {
+            switch_uuid,
+            portgroup_key,
+        } => format!(
+            "<backing xsi:type=\"VirtualEthernetCardDistributedVirtualPortBackingInfo\"><port><switchUuid>{}</switchUuid><portgroupKey>{}</portgroupKey></port></backing>",
+            crate::xml::escape(switch_uuid),
+            crate::xml::escape(portgroup_key)
+        ),
+    };
     let mut xml = String::new();
     for c in &nic.children {
         if c.name == "backing" {
@@ -768,7 +786,9 @@ struct Placement {
     folder: Moref,
     pool: Moref,
     datastore: Option<Moref>,
-    network: Option<Moref>,
+    network: Option<Backing>,
+    /// The template's devices, when the clone edits its disk or network card.
+    devices: Option<Element>,
 }
 
 /// 64 random bits, without a dependency: the hasher's random keys (new for every
@@ -822,32 +842,49 @@ impl MachineProvisioner for VsphereProvider {
         spec.validate()?;
         user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
         let plan = self.config.plan(spec)?;
-        if let Some(existing) = self.named(&spec.name).await?.into_iter().next() {
-            return self.adopt(existing, &plan, &spec.name).await;
+        self.fresh().await?;
+        if let Some(existing) = self.named(&spec.name).into_iter().next() {
+            return self.adopt(existing, &spec.name).await;
         }
-        let (mine, place) = match self.clone_vm(&plan, spec, user_data).await {
+        let mine = match self.clone_vm(&plan, spec, user_data).await {
             Err(e) if e.kind() == ErrorKind::Conflict && e.message().contains("DuplicateName") => {
-                return match self.named(&spec.name).await?.into_iter().next() {
-                    Some(existing) => self.adopt(existing, &plan, &spec.name).await,
+                self.fresh().await?;
+                return match self.named(&spec.name).into_iter().next() {
+                    Some(existing) => self.adopt(existing, &spec.name).await,
                     // A VM of another owner, or none of this owner's yet: not ours.
                     None => Err(e),
                 };
             }
             other => other?,
         };
-        if let Some(winner) = self.settle(&spec.name, &mine).await? {
+        // The settlement. The mirror is as current as the clone's end (its task's
+        // outcome came with the updates before it), so it holds every clone of the name
+        // that ended before this one; one that ends later sees this one and gives way.
+        let mut same = self.named(&spec.name);
+        if !same.iter().any(|v| v.moref == mine) {
+            self.fresh().await?;
+            same = self.named(&spec.name);
+            if !same.iter().any(|v| v.moref == mine) {
+                return Err(Error::transient(format!(
+                    "{self}: the clone of {} vanished",
+                    spec.name
+                )));
+            }
+        }
+        if let Some(winner) = same.into_iter().next().filter(|v| v.moref != mine) {
             tracing::info!(name = %spec.name, "another create won the race; destroying this clone");
             self.destroy(&mine, Some("poweredOff")).await?;
             return winner.machine().ok_or_else(|| {
                 Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name))
             });
         }
-        self.start_clone(&mine, &plan, place.network.as_ref())
-            .await?;
+        self.start_clone(&mine).await?;
         self.machine_of(&mine, &spec.name).await
     }
 
     async fn get(&self, id: &ProviderId) -> Result<Machine> {
+        vm::uuid_of(id)?;
+        self.fresh().await?;
         self.owned(id)
             .await?
             .machine()
@@ -855,11 +892,14 @@ impl MachineProvisioner for VsphereProvider {
     }
 
     async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
-        Ok(self.named(name).await?.first().and_then(Vm::machine))
+        self.fresh().await?;
+        Ok(self.named(name).first().and_then(Vm::machine))
     }
 
     async fn list(&self, selector: &Labels) -> Result<Vec<Machine>> {
-        let vms = oldest_first(self.owned_vms().await?);
+        self.fresh().await?;
+        let owner = &self.config.owner;
+        let vms = oldest_first(self.collector.vms(|v| v.owned_by(owner)));
         let mut out: Vec<Machine> = Vec::new();
         for m in vms.iter().filter_map(Vm::machine) {
             let selected = selector.iter().all(|(k, v)| m.labels.get(k) == Some(v));
@@ -874,7 +914,7 @@ impl MachineProvisioner for VsphereProvider {
     }
 
     async fn delete(&self, id: &ProviderId) -> Result<()> {
-        let Some(vm) = self.by_id(id).await? else {
+        let Some(vm) = self.known(id).await? else {
             return Ok(());
         };
         if vm.template || !vm.owned_by(&self.config.owner) {
@@ -886,10 +926,11 @@ impl MachineProvisioner for VsphereProvider {
         self.destroy(&vm.moref, Some(&vm.power)).await
     }
 
-    /// The user data in `guestinfo.userdata`; `None` once
+    /// The user data in `guestinfo.userdata`, read from the VM; `None` once
     /// [`MachineProvisioner::bootstrap_finished`] removed it.
     async fn user_data(&self, id: &ProviderId) -> Result<Option<UserData>> {
         let vm = self.owned(id).await?;
+        let vm = self.read_extra(&vm.moref, id).await?;
         let Some(value) = vm.extra(guestinfo::USERDATA).filter(|v| !v.is_empty()) else {
             return Ok(None);
         };
@@ -897,13 +938,43 @@ impl MachineProvisioner for VsphereProvider {
         Ok(Some(UserData::sniff(guestinfo::decode(value, encoding)?)))
     }
 
+    /// Start powers on (taking away the stopped mark first); stop marks the machine
+    /// stopped on purpose, asks the guest to shut down (VMware Tools), and powers it off
+    /// after the soft-stop timeout; reboot asks the guest to restart and resets the VM
+    /// after that timeout. The mark is what keeps a later create from powering a
+    /// stopped machine on as one a crashed create left (see [`STOPPED_KEY`]).
     async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
+        self.fresh().await?;
         let vm = self.owned(id).await?;
         match op {
-            PowerOp::Start => self.power_task("PowerOnVM_Task", &vm.moref).await,
-            PowerOp::Stop => self.stop_vm(&vm.moref, Some(&vm.power)).await,
-            // A hard reset: RebootGuest needs VMware Tools in the guest and vcsim lacks it.
-            PowerOp::Reboot => self.power_task("ResetVM_Task", &vm.moref).await,
+            PowerOp::Start => {
+                if vm.stopped_on_purpose() {
+                    let mut clear = option_value(STOPPED_KEY, "");
+                    if vm.extra(STARTED_KEY).is_some() {
+                        clear.push_str(&option_value(STARTED_KEY, ""));
+                    }
+                    self.reconfigure(
+                        &vm.moref,
+                        &format!("<spec xsi:type=\"VirtualMachineConfigSpec\">{clear}</spec>"),
+                    )
+                    .await?;
+                }
+                self.power_task("PowerOnVM_Task", &vm.moref).await
+            }
+            PowerOp::Stop => {
+                if vm.extra(STOPPED_KEY).is_none_or(str::is_empty) {
+                    self.reconfigure(
+                        &vm.moref,
+                        &format!(
+                            "<spec xsi:type=\"VirtualMachineConfigSpec\">{}</spec>",
+                            option_value(STOPPED_KEY, "true")
+                        ),
+                    )
+                    .await?;
+                }
+                self.stop_vm(&vm.moref, Some(&vm.power)).await
+            }
+            PowerOp::Reboot => self.reboot_vm(&vm.moref).await,
             _ => Err(machine_core::unsupported_power_op(self, op)),
         }
     }
@@ -927,7 +998,7 @@ impl MachineProvisioner for VsphereProvider {
 mod tests {
     use super::*;
 
-    fn devices() -> crate::xml::Element {
+    fn devices() -> Element {
         crate::xml::parse(
             br#"<val xmlns="urn:vim25" xmlns:x="http://www.w3.org/2001/XMLSchema-instance"><VirtualDevice x:type="VirtualDisk"><key>2000</key><capacityInKB>2097152</capacityInKB><capacityInBytes>2147483648</capacityInBytes></VirtualDevice><VirtualDevice x:type="VirtualE1000"><key>4000</key><backing x:type="VirtualEthernetCardNetworkBackingInfo"><deviceName>old</deviceName></backing><addressType>generated</addressType><macAddress>00:50:56:00:00:01</macAddress></VirtualDevice></val>"#,
         )
@@ -961,11 +1032,13 @@ mod tests {
     }
 
     #[test]
-    fn the_first_nic_moves_to_the_network() {
+    fn the_first_nic_moves_to_a_standard_port_group() {
         let edit = nic_edit(
             &devices(),
-            &Moref::new("Network", "network-7"),
-            "VM Network",
+            &Backing::Standard {
+                network: Moref::new("Network", "network-7"),
+                name: "VM Network".into(),
+            },
         )
         .unwrap();
         assert!(
@@ -983,5 +1056,24 @@ mod tests {
             edit.contains("<macAddress>00:50:56:00:00:01</macAddress>"),
             "{edit}"
         );
+    }
+
+    #[test]
+    fn the_first_nic_moves_to_a_distributed_port_group() {
+        let edit = nic_edit(
+            &devices(),
+            &Backing::Distributed {
+                switch_uuid: "50 2b 8e".into(),
+                portgroup_key: "dvportgroup-11".into(),
+            },
+        )
+        .unwrap();
+        assert!(
+            edit.contains(
+                "<backing xsi:type=\"VirtualEthernetCardDistributedVirtualPortBackingInfo\"><port><switchUuid>50 2b 8e</switchUuid><portgroupKey>dvportgroup-11</portgroupKey></port></backing>"
+            ),
+            "{edit}"
+        );
+        assert!(!edit.contains("deviceName"), "{edit}");
     }
 }

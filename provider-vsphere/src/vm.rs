@@ -19,22 +19,28 @@ pub const NAME_KEY: &str = "machineprovisioning.name";
 pub const LABELS_KEY: &str = "machineprovisioning.labels";
 /// The user SSH logs in as (the spec's `ssh.user` or `provider.sshUser`), when known.
 pub const SSH_USER_KEY: &str = "machineprovisioning.sshUser";
-/// Set once the machine was first powered on: a VM without it was left by a create
-/// that stopped between clone and power-on, and the next create finishes it (a VM
-/// with it that is off was stopped on purpose, and stays off).
+/// Set (to `true`) while the machine is stopped on purpose ([`machine_core::PowerOp::Stop`]),
+/// removed when it is started again: a powered-off VM without it was left by a create
+/// that stopped between clone and power-on (or powered off outside the provider), and
+/// the next create of its name powers it on; one with it stays off.
+pub const STOPPED_KEY: &str = "machineprovisioning.stopped";
+/// Written by earlier versions once the machine was first powered on; a powered-off VM
+/// that has it was stopped on purpose, as one with [`STOPPED_KEY`]. No longer written.
 pub const STARTED_KEY: &str = "machineprovisioning.started";
 
-/// The properties read of every VM.
+/// The properties read of every VM, and watched: `config.hardware` whole rather than
+/// its CPU and memory, because a change to either is published under it (vcsim publishes
+/// `config.hardware.device` on every reconfigure and nothing finer).
 pub(crate) const PATHS: &[&str] = &[
     "name",
     "config.uuid",
     "config.template",
     "config.extraConfig",
+    "config.hardware",
     "runtime.powerState",
     "guest.ipAddress",
     "guest.net",
-    "config.hardware.numCPU",
-    "config.hardware.memoryMB",
+    "guest.guestState",
 ];
 
 /// The provider ID scheme.
@@ -53,6 +59,9 @@ pub(crate) struct Vm {
     pub addresses: Vec<String>,
     /// `<cpus>x<memory MiB>`, as the VM's hardware is now.
     pub size: Option<String>,
+    /// VMware Tools' view of the guest: `running`, `shuttingDown`, `resetting`,
+    /// `notRunning`... (empty when unknown).
+    pub guest_state: String,
 }
 
 impl Vm {
@@ -89,15 +98,13 @@ impl Vm {
                 }
             }
         }
-        let hardware = |path: &str| {
-            o.text(path)
+        let hardware = |field: &str| {
+            o.prop("config.hardware")
+                .and_then(|h| h.child_text(field))
                 .and_then(|t| t.trim().parse::<u64>().ok())
                 .filter(|n| *n > 0)
         };
-        let size = match (
-            hardware("config.hardware.numCPU"),
-            hardware("config.hardware.memoryMB"),
-        ) {
+        let size = match (hardware("numCPU"), hardware("memoryMB")) {
             (Some(cpus), Some(mib)) => Some(format!("{cpus}x{mib}")),
             _ => None,
         };
@@ -112,7 +119,14 @@ impl Vm {
             extra,
             addresses,
             size,
+            guest_state: o.text("guest.guestState").unwrap_or("").to_owned(),
         }
+    }
+
+    /// Whether the VM is off because it was stopped on purpose (see [`STOPPED_KEY`]).
+    pub fn stopped_on_purpose(&self) -> bool {
+        self.extra(STOPPED_KEY).is_some_and(|v| !v.is_empty())
+            || self.extra(STARTED_KEY).is_some_and(|v| !v.is_empty())
     }
 
     /// Whether any extraConfig entry of `key` holds a value: what a reader of the raw

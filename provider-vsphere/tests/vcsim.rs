@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use machine_core::{
-    AddressKind, ContentEncoding, ErrorKind, Labels, MachineProvisioner, Phase, UserData,
+    AddressKind, ContentEncoding, ErrorKind, Labels, MachineProvisioner, Phase, PowerOp, UserData,
     UserDataFormat,
 };
 use provider_vsphere::{CertFingerprint, VsphereProvider};
@@ -187,7 +187,7 @@ async fn a_clone_left_before_power_on_is_finished_not_duplicated() {
     admin.clone_tagged("DC0_H0_VM1", "half-1", &owner).await;
     let p = common::provider(&vcsim, &owner);
     let m = p
-        .create(&common::spec_named("half-1").with_size("2x128"), None)
+        .create(&common::spec_named("half-1"), None)
         .await
         .expect("create");
     let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
@@ -471,7 +471,8 @@ async fn inventory_paths_and_vms_are_looked_up_once_and_again_when_gone() {
     let spec = |name: &str| common::spec_named(name).with_image("DC0/vm/tmpl-paths");
 
     let a = p.create(&spec("paths-1"), None).await.expect("create");
-    // The datacenter's vm folder (also the default folder), the template and the pool.
+    // The datacenter's vm folder (the watched folder and the default folder), the
+    // template and the pool.
     assert_eq!(proxy.calls("FindByInventoryPath"), 3);
     let b = p.create(&spec("paths-2"), None).await.expect("create");
     assert_eq!(
@@ -479,21 +480,30 @@ async fn inventory_paths_and_vms_are_looked_up_once_and_again_when_gone() {
         3,
         "a second create looked its paths up again"
     );
-    // One owner-wide listing per create (the adoption lookup); the settlement after
-    // the clone reads only the VMs' names.
-    let full_listings = proxy
-        .seen()
-        .iter()
-        .filter(|(m, body)| {
-            m == "RetrievePropertiesEx"
-                && body.contains("childEntity")
-                && body.contains("config.extraConfig")
-        })
-        .count();
-    assert_eq!(full_listings, 2, "owner-wide listings for two creates");
-    // A VM this provider made is read by its id, without a FindByUuid.
+    // The provider's collector is made once: a view of the folder's VMs read once,
+    // then kept current by updates; no create lists the VMs of the folder.
+    for (method, times) in [
+        ("CreatePropertyCollector", 1),
+        ("CreateContainerView", 1),
+        ("CreateListView", 1),
+        ("CreateFilter", 2),
+        ("RetrievePropertiesEx", 0),
+    ] {
+        assert_eq!(proxy.calls(method), times, "{method}");
+    }
+    // A VM this provider made is known by its id: a get reads nothing but updates.
+    let before = proxy.seen().len();
     p.get(&a.provider_id).await.expect("get");
-    assert_eq!(proxy.calls("FindByUuid"), 0);
+    let during: Vec<String> = proxy.seen()[before..]
+        .iter()
+        .map(|(m, _)| m.clone())
+        .collect();
+    assert!(
+        during
+            .iter()
+            .all(|m| m == "WaitForUpdatesEx" || m == "CancelWaitForUpdates"),
+        "{during:?}"
+    );
     p.delete(&a.provider_id).await.expect("delete");
     p.delete(&b.provider_id).await.expect("delete");
 
@@ -592,4 +602,219 @@ async fn a_clone_refused_as_a_duplicate_name_adopts_the_vm_that_has_it() {
         .expect_err("another owner's VM adopted");
     assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
     assert_eq!(admin.count_named("dup-2").await, 1);
+}
+
+/// Waits (up to 5 s) until `check` holds.
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{what} did not happen within 5 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_and_reboot_ask_the_guest_first_then_force() {
+    let vcsim = Vcsim::start();
+    let proxy = FaultProxy::start(&vcsim).await;
+    let admin = Admin::login(&vcsim).await;
+    let soft = std::time::Duration::from_millis(300);
+    let p = proxy.provider(common::config(&vcsim, &common::owner("soft")).soft_stop_timeout(soft));
+    assert!(p.capabilities().power.graceful, "the capability says so");
+    let m = p
+        .create(&common::spec_named("soft-1"), None)
+        .await
+        .expect("create");
+    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
+    let power = |state: &'static str| {
+        let admin = &admin;
+        let vm = vm.clone();
+        async move {
+            admin
+                .property(&vm, "runtime.powerState")
+                .await
+                .contains(&format!(">{state}<"))
+        }
+    };
+
+    // A guest that shuts down when asked: no hard power-off.
+    p.power(&m.provider_id, PowerOp::Stop).await.expect("stop");
+    assert!(power("poweredOff").await);
+    assert_eq!(proxy.calls("ShutdownGuest"), 1);
+    assert_eq!(proxy.calls("PowerOffVM_Task"), 0);
+    assert_eq!(p.get(&m.provider_id).await.unwrap().phase, Phase::Stopped);
+    p.power(&m.provider_id, PowerOp::Start)
+        .await
+        .expect("start");
+    assert!(power("poweredOn").await);
+
+    // A guest that takes the request and does nothing: powered off after the timeout.
+    proxy.pick("ShutdownGuest", Answer::Ignored);
+    let started = std::time::Instant::now();
+    p.power(&m.provider_id, PowerOp::Stop).await.expect("stop");
+    assert!(
+        started.elapsed() >= soft,
+        "forced before the guest's time was up"
+    );
+    assert!(power("poweredOff").await);
+    assert_eq!(proxy.calls("PowerOffVM_Task"), 1);
+    proxy.clear();
+    p.power(&m.provider_id, PowerOp::Start)
+        .await
+        .expect("start");
+
+    // vcsim 0.24.2 has no RebootGuest (MethodNotFound), as a guest without VMware
+    // Tools cannot restart itself: reset at once.
+    p.power(&m.provider_id, PowerOp::Reboot)
+        .await
+        .expect("reboot");
+    assert_eq!(proxy.calls("RebootGuest"), 1);
+    assert_eq!(proxy.calls("ResetVM_Task"), 1);
+    // A guest that takes the restart and stays up: reset after the timeout.
+    proxy.pick("RebootGuest", Answer::Ignored);
+    let started = std::time::Instant::now();
+    p.power(&m.provider_id, PowerOp::Reboot)
+        .await
+        .expect("reboot");
+    assert!(
+        started.elapsed() >= soft,
+        "reset before the guest's time was up"
+    );
+    assert_eq!(proxy.calls("ResetVM_Task"), 2);
+    proxy.clear();
+    assert!(power("poweredOn").await);
+    p.delete(&m.provider_id).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distributed_port_group_backs_the_network_card() {
+    let vcsim = Vcsim::start();
+    let p = common::provider(&vcsim, &common::owner("dvs"));
+    let admin = Admin::login(&vcsim).await;
+    let spec = common::spec_named("dvs-1").with_provider(serde_json::json!({
+        "resourcePool": common::POOL,
+        "network": "DC0/network/DC0_DVPG0",
+    }));
+    let m = p.create(&spec, None).await.expect("create");
+    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
+    let devices = admin.property(&vm, "config.hardware.device").await;
+    assert!(
+        devices.contains("VirtualEthernetCardDistributedVirtualPortBackingInfo"),
+        "{devices}"
+    );
+    let key = admin
+        .property_of(
+            "DistributedVirtualPortgroup",
+            "DC0/network/DC0_DVPG0",
+            "key",
+        )
+        .await;
+    assert!(
+        devices.contains(&format!("<portgroupKey>{key}</portgroupKey>")),
+        "port group {key}: {devices}"
+    );
+    p.delete(&m.provider_id).await.expect("delete");
+
+    // The switch itself is no network a card can join: refused before any clone.
+    let e = p
+        .create(
+            &common::spec_named("dvs-2").with_provider(serde_json::json!({
+                "resourcePool": common::POOL,
+                "network": "DC0/network/DVS0",
+            })),
+            None,
+        )
+        .await
+        .expect_err("a switch accepted as a network");
+    assert_eq!(e.field(), Some("provider.network"), "{e}");
+    assert!(e.to_string().contains("port group"), "{e}");
+    assert_eq!(admin.count_named("dvs-2").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_of_one_login_share_a_session_kept_alive_and_logged_out() {
+    let vcsim = Vcsim::start();
+    let proxy = FaultProxy::start(&vcsim).await;
+    let keep_alive = std::time::Duration::from_millis(200);
+    let config = |owner: &str| common::config(&vcsim, owner).keep_alive(keep_alive);
+    let a = proxy.provider(config("share-a"));
+    let b = proxy.provider(config("share-b"));
+    let name = "nothing".parse().unwrap();
+    assert!(a.find(&name).await.unwrap().is_none());
+    assert!(b.find(&name).await.unwrap().is_none());
+    assert_eq!(
+        proxy.calls("Login"),
+        1,
+        "two providers, one login: one session"
+    );
+    // Another password is another session.
+    let other = proxy.provider(config("share-c").password("other".into()));
+    assert!(other.find(&name).await.unwrap().is_none());
+    assert_eq!(proxy.calls("Login"), 2);
+    drop(other);
+    eventually("the other session's logout", || proxy.calls("Logout") == 1).await;
+
+    // Idle: the session is kept alive, by CurrentTime.
+    eventually("a keep-alive call", || proxy.calls("CurrentTime") >= 1).await;
+    // Each provider has its own collector, destroyed with it; the last one out logs
+    // the shared session out.
+    drop(a);
+    eventually("a's collector destroyed", || {
+        proxy.calls("DestroyPropertyCollector") == 2
+    })
+    .await;
+    assert_eq!(proxy.calls("Logout"), 1, "b still uses the session");
+    assert!(b.find(&name).await.unwrap().is_none());
+    drop(b);
+    eventually("the shared session's logout", || proxy.calls("Logout") == 2).await;
+    assert_eq!(proxy.calls("Login"), 2, "no login after the first");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_updates_make_the_collector_again() {
+    let vcsim = Vcsim::start();
+    let proxy = FaultProxy::start(&vcsim).await;
+    let admin = Admin::login(&vcsim).await;
+    let owner = common::owner("lost");
+    let p = proxy.provider(common::config(&vcsim, &owner));
+    let made = p
+        .create(&common::spec_named("lost-1"), None)
+        .await
+        .expect("create");
+    // An update set vcsim sent is lost on the way: the mirror no longer knows what
+    // changed (vcsim does not send it again), so the collector is made anew.
+    proxy.pick(
+        "WaitForUpdatesEx",
+        Answer::ForwardThenFault {
+            kind: "SystemError".into(),
+            detail: "<reason>cut</reason>".into(),
+            message: "the connection was cut".into(),
+        },
+    );
+    // Meanwhile another process makes a machine of this owner.
+    admin.clone_tagged("DC0_H0_VM1", "lost-2", &owner).await;
+    let e = p
+        .find(&"lost-2".parse().unwrap())
+        .await
+        .expect_err("an answer lost was taken as one given");
+    assert!(e.is_retryable(), "{e}");
+    proxy.clear();
+    let found = p
+        .find(&"lost-2".parse().unwrap())
+        .await
+        .expect("find")
+        .expect("the machine made while updates were lost");
+    assert_eq!(proxy.calls("CreatePropertyCollector"), 2);
+    assert_eq!(
+        p.find(&"lost-1".parse().unwrap())
+            .await
+            .unwrap()
+            .map(|m| m.provider_id),
+        Some(made.provider_id.clone())
+    );
+    p.delete(&made.provider_id).await.expect("delete");
+    p.delete(&found.provider_id).await.expect("delete");
+    assert_eq!(admin.count_named("lost-2").await, 0);
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # vcsim (govmomi's vCenter simulator) for provider-vsphere's tests, built offline from
 # Debian's golang-github-vmware-govmomi-dev (a library package: no vcsim binary) into
-# /opt/vcsim/vcsim. Idempotent: a binary built from the same main.go is left alone.
+# /opt/vcsim2/vcsim (not /opt/vcsim, where the script put vcsim without the fixes below
+# before issue 28: scripts of older checkouts still build that one there). Idempotent: a
+# binary built from the same sources is left alone.
 # With WITH_BENCH_PEERS=1 it also installs pyvmomi (PyPI) into a venv under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/machine-provisioning/pyvmomi, for the bench_vsphere example.
 #
@@ -10,18 +12,38 @@
 # and serves until killed. Before printing, it turns the VM named by -template
 # (default DC0_H0_VM1) into a powered-off template, so tests have something to clone.
 #
-# Two changes to Debian's vcsim 0.24.2, made at build time (a -overlay, nothing under
+# Changes to Debian's vcsim 0.24.2, made at build time (a -overlay, nothing under
 # /usr/share/gocode is touched), each what vCenter does and upstream vcsim does since:
 # - ReconfigVM_Task's extraConfig replaces a key set again and removes a key set to "",
 #   as upstream since 0.31 ("vcsim: Fix VM ExtraConfig"); 0.24.2 appends every entry,
 #   so a key set again is listed twice and no key can be removed. `-extraconfig-appends`
 #   keeps 0.24.2's behaviour, for the tests of a server that keeps a removed value.
-# - CloneVM_Task takes the clone spec's config.uuid (the BIOS UUID), as upstream since
-#   0.37; 0.24.2 drops it, and derives the UUID from the VM's file path, so a VM made
+# - CloneVM_Task takes the clone spec's config.uuid (the BIOS UUID), numCPUs and
+#   memoryMB, as upstream since 0.37 (4348bd9f); 0.24.2 drops them: it copies the
+#   template's hardware, and derives the UUID from the VM's file path, so a VM made
 #   again under a deleted one's name gets the deleted one's UUID.
+# - A change of extraConfig is published to property collectors (a filter on
+#   config.extraConfig reports it), as upstream since 0.38 (3b7ff25f); 0.24.2 changes
+#   the array in place and tells no collector.
+# Three more, in the property collector and views, each upstream's own fix:
+# - A ContainerView adds an object that enters its subtree under the view's lock, as
+#   upstream since 0.44 (5a9567f6, "vcsim: lock ViewManager in RegisterObject
+#   callbacks"). 0.24.2 appends to the view's list unlocked, so two VMs made at once
+#   (two clones) can both read the old list and one of them is lost from the view for
+#   good: a filter over the view never reports it (seen once by provider-vsphere's
+#   tests: a VM cloned by a racing create was missing from the view).
+# - WaitForUpdatesEx registers its collector for updates before it collects the
+#   current state, as upstream since 0.25 (7403b470, "Fix race in simulator's
+#   PropertyCollector"); 0.24.2 collects first, so a change between the two is lost.
+# - WaitForUpdatesEx looks for updates every 20 ms, as upstream since 0.25 (4b59b652);
+#   0.24.2 every 250 ms, so every answer that waits takes at least a quarter second,
+#   where vCenter answers as soon as something changed.
+# And main.go's -vm N makes N VMs per resource pool (two pools: 2N VMs), as upstream
+# vcsim's flag, for benchmarks with a large inventory; it removes its datastore
+# directories when stopped with SIGTERM or SIGINT.
 set -euo pipefail
 
-dest=/opt/vcsim
+dest=/opt/vcsim2
 
 # pyvmomi for the benchmark's other side, only when asked (the tests do not need it).
 bench_peers() {
@@ -73,10 +95,12 @@ func main() {
 	useTLS := flag.Bool("tls", true, "serve https with a self-signed certificate")
 	template := flag.String("template", "DC0_H0_VM1", "VM to power off and mark as a template ('' for none)")
 	appends := flag.Bool("extraconfig-appends", false, "extraConfig entries are appended, never replaced or removed (vcsim 0.24.2 as Debian ships it)")
+	vms := flag.Int("vm", 2, "virtual machines per resource pool (the model has two pools)")
 	flag.Parse()
 	simulator.ExtraConfigAppends = *appends
 
 	model := simulator.VPX()
+	model.Machine = *vms
 	if err := model.Create(); err != nil {
 		fail(err)
 	}
@@ -90,7 +114,6 @@ func main() {
 		model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 	server := model.Service.NewServer()
-	defer server.Close()
 
 	fingerprint := "-"
 	if *useTLS {
@@ -109,6 +132,9 @@ func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
 	<-stop
+	// The datastore directories under $TMPDIR go; the server is not closed first, since
+	// Close waits for the requests in flight (a long WaitForUpdatesEx).
+	model.Remove()
 }
 
 // markTemplate powers the VM off and marks it as a template, as an administrator would.
@@ -212,7 +238,7 @@ GO
 )
 stamp="$main_go
 $extra_config_go
-clone uuid"
+clone uuid and hardware, published extraConfig, view lock, collector order, 20 ms updates"
 
 if [ -x "$dest/vcsim" ] && [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ]; then
   echo "vcsim already built at $dest/vcsim"
@@ -231,16 +257,41 @@ mkdir -p "$build/src/vcsim" "$dest"
 printf '%s\n' "$main_go" >"$build/src/vcsim/main.go"
 sim=/usr/share/gocode/src/github.com/vmware/govmomi/simulator
 printf '%s\n' "$extra_config_go" >"$build/extra_config.go"
-sed -e 's/vm\.Config\.ExtraConfig = append(vm\.Config\.ExtraConfig, c)/vm.Config.ExtraConfig = setExtraConfig(vm.Config.ExtraConfig, c)/' \
+sed -e 's/^\(\t*\)vm\.Config\.ExtraConfig = append(vm\.Config\.ExtraConfig, c)$/\1vm.Config.ExtraConfig = setExtraConfig(vm.Config.ExtraConfig, c)\n\1changes = append(changes, types.PropertyChange{Name: "config.extraConfig", Val: vm.Config.ExtraConfig})/' \
   -e 's/^\(\t*\)config\.InstanceUuid = req\.Spec\.Config\.InstanceUuid$/&\n\1config.Uuid = req.Spec.Config.Uuid/' \
+  -e 's/^\(\t*\)config\.MemoryMB = int64(vm\.Config\.Hardware\.MemoryMB)$/&\n\1if s := req.Spec.Config; s != nil \&\& s.NumCPUs != 0 {\n\1\tconfig.NumCPUs = s.NumCPUs\n\1}\n\1if s := req.Spec.Config; s != nil \&\& s.MemoryMB != 0 {\n\1\tconfig.MemoryMB = s.MemoryMB\n\1}/' \
   "$sim/virtual_machine.go" >"$build/virtual_machine.go"
 if [ "$(grep -c 'setExtraConfig(vm.Config.ExtraConfig, c)' "$build/virtual_machine.go")" != 1 ] ||
+  [ "$(grep -c 'Name: "config.extraConfig", Val: vm.Config.ExtraConfig' "$build/virtual_machine.go")" != 1 ] ||
+  [ "$(grep -c 'config.NumCPUs = s.NumCPUs' "$build/virtual_machine.go")" != 1 ] ||
   [ "$(grep -c 'config.Uuid = req.Spec.Config.Uuid' "$build/virtual_machine.go")" != 1 ]; then
   echo "50-vcsim.sh: $sim/virtual_machine.go is not the 0.24.2 this script patches" >&2
   exit 1
 fi
-printf '{"Replace": {"%s": "%s", "%s": "%s"}}\n' \
+# The view's lock (upstream 5a9567f6): PutObject's look and append under Map.WithLock(v),
+# the lock RemoveObject's Map.RemoveReference already takes.
+sed -e 's/^\tif v\.include(ref) && v\.find(v\.root, ref, types\.NewBool(false)) {$/\tMap.WithLock(v, func() {\n&/' \
+  -e '/^\t\tMap\.Update(v, \[\]types\.PropertyChange{{Name: "view", Val: append(v\.View, ref)}})$/{n;s/^\t}$/\t}\n\t})/}' \
+  "$sim/view_manager.go" >"$build/view_manager.go"
+# The collector: registered before the first collect (upstream 7403b470), updates every
+# 20 ms (upstream 4b59b652).
+awk '
+  /^\t\tapply\(\)                \/\/ Collect current state$/ { held = $0; next }
+  held != "" && /^\t\tset\.Version = "-"/ { print; next }
+  held != "" && /^\t\tctx\.Map\.AddHandler\(pc\)/ { print; print held; held = ""; next }
+  { sub(/time\.NewTicker\(250 \* time\.Millisecond\)/, "time.NewTicker(20 * time.Millisecond)"); print }
+' "$sim/property_collector.go" >"$build/property_collector.go"
+if [ "$(grep -c '^	Map.WithLock(v, func() {$' "$build/view_manager.go")" != 1 ] ||
+  [ "$(grep -c '^	})$' "$build/view_manager.go")" -lt 1 ] ||
+  [ "$(grep -c 'time.NewTicker(20 \* time.Millisecond)' "$build/property_collector.go")" != 1 ] ||
+  [ "$(grep -A1 'ctx.Map.AddHandler(pc) // Listen' "$build/property_collector.go" | grep -c 'apply()  ')" != 1 ]; then
+  echo "50-vcsim.sh: $sim/view_manager.go or property_collector.go is not the 0.24.2 this script patches" >&2
+  exit 1
+fi
+printf '{"Replace": {"%s": "%s", "%s": "%s", "%s": "%s", "%s": "%s"}}\n' \
   "$sim/virtual_machine.go" "$build/virtual_machine.go" \
+  "$sim/view_manager.go" "$build/view_manager.go" \
+  "$sim/property_collector.go" "$build/property_collector.go" \
   "$sim/zz_extra_config.go" "$build/extra_config.go" >"$build/overlay.json"
 # Offline: Debian's Go packages sit in a GOPATH tree; no module proxy is asked.
 (cd "$build/src/vcsim" &&

@@ -6,16 +6,17 @@ pub mod admin;
 pub mod proxy;
 pub mod tools;
 
-use std::io::{BufRead, BufReader, Read};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use machine_core::{MachineName, MachineSpec, SecretString};
 use provider_vsphere::{CertFingerprint, VsphereConfig, VsphereConfigBuilder, VsphereProvider};
 
 /// Where scripts/peers/50-vcsim.sh installs vcsim.
-pub const VCSIM: &str = "/opt/vcsim/vcsim";
+pub const VCSIM: &str = "/opt/vcsim2/vcsim";
 /// The template vcsim's main.go makes from one of its default VMs.
 pub const TEMPLATE: &str = "DC0/vm/DC0_H0_VM1";
 /// The standalone host's resource pool in vcsim's default model.
@@ -28,6 +29,8 @@ pub struct Vcsim {
     pub url: String,
     /// The SHA-256 fingerprint of its self-signed certificate, hex.
     pub fingerprint: CertFingerprint,
+    /// The last 50 lines of its log.
+    log: Arc<Mutex<VecDeque<String>>>,
 }
 
 impl Vcsim {
@@ -42,7 +45,8 @@ impl Vcsim {
         Vcsim::start_with(&["-extraconfig-appends"])
     }
 
-    fn start_with(args: &[&str]) -> Vcsim {
+    /// Starts vcsim with these flags (`-vm 1000`: 2,000 VMs in its inventory).
+    pub fn start_with(args: &[&str]) -> Vcsim {
         assert!(
             std::path::Path::new(VCSIM).is_file(),
             "vcsim is not installed at {VCSIM}: run scripts/peers/50-vcsim.sh"
@@ -53,6 +57,32 @@ impl Vcsim {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {VCSIM}: {e} (run scripts/peers/50-vcsim.sh)"));
+        // vcsim logs every call and every update it sends: read its log as it comes
+        // (a full pipe would stop vcsim), keeping the end for when it fails to start.
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let kept = log.clone();
+        // VCSIM_LOG=<file> keeps all of it, to see what vcsim did before it failed.
+        let mut copy = std::env::var_os("VCSIM_LOG").and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        });
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                if let Some(f) = copy.as_mut() {
+                    use std::io::Write;
+                    let _ = writeln!(f, "{line}");
+                }
+                let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() == 50 {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -64,11 +94,15 @@ impl Vcsim {
             Ok(line) if !line.trim().is_empty() => line,
             _ => {
                 let _ = child.kill();
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                panic!("vcsim did not print its URL: {err}");
+                let _ = child.wait();
+                std::thread::sleep(Duration::from_millis(100));
+                let err: Vec<String> = log
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .cloned()
+                    .collect();
+                panic!("vcsim did not print its URL: {}", err.join("\n"));
             }
         };
         let mut parts = line.split_whitespace();
@@ -82,12 +116,34 @@ impl Vcsim {
             child,
             url,
             fingerprint,
+            log,
         }
+    }
+
+    /// The last lines vcsim logged, and whether it is still running: what a client
+    /// that lost its connection cannot tell.
+    #[allow(dead_code)]
+    pub fn log_tail(&mut self) -> String {
+        let running = matches!(self.child.try_wait(), Ok(None));
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let lines: Vec<&str> = log.iter().map(String::as_str).collect();
+        format!("vcsim running: {running}; its log ends:\n{}", lines.join("\n"))
     }
 }
 
 impl Drop for Vcsim {
+    /// Stops vcsim with SIGTERM, so that it removes its datastore directories, and
+    /// kills it if it has not ended within a second.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

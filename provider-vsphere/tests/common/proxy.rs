@@ -10,7 +10,10 @@
 //!   placement refusing a VM (`InsufficientMemoryResourcesFault`) from CloneVM_Task or
 //!   PowerOnVM_Task;
 //! - forwarded, then answered with a SOAP fault: the call took effect, but its caller
-//!   is told otherwise (`DuplicateName` after a racing clone took the name).
+//!   is told otherwise (`DuplicateName` after a racing clone took the name; an update
+//!   set lost on the way);
+//! - answered as done without being forwarded: a request the guest ignores
+//!   (`ShutdownGuest` or `RebootGuest` to a hung guest whose VMware Tools took it).
 //!
 //! It also serves [`machine_core::conformance::FaultHook`] for the conformance suite.
 //! The provider talks plain HTTP to it (`insecure`); it talks TLS to vcsim, pinned.
@@ -55,6 +58,8 @@ pub enum Answer {
         detail: String,
         message: String,
     },
+    /// Answered as done (an empty response), not forwarded.
+    Ignored,
 }
 
 impl Answer {
@@ -348,6 +353,14 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
     }) = &picked
     {
         return soap_fault(kind, detail, message);
+    }
+    if let Some(Answer::Ignored) = &picked {
+        return reply(
+            200,
+            envelope(&format!(
+                "<{method}Response xmlns=\"urn:vim25\"></{method}Response>"
+            )),
+        );
     }
 
     let mut forward = state.http.inner().post(&state.upstream).body(body);
