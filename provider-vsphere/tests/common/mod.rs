@@ -127,7 +127,10 @@ impl Vcsim {
         let running = matches!(self.child.try_wait(), Ok(None));
         let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
         let lines: Vec<&str> = log.iter().map(String::as_str).collect();
-        format!("vcsim running: {running}; its log ends:\n{}", lines.join("\n"))
+        format!(
+            "vcsim running: {running}; its log ends:\n{}",
+            lines.join("\n")
+        )
     }
 }
 
