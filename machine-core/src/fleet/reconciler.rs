@@ -921,7 +921,10 @@ impl FleetReconciler {
         }
 
         let poll = self.composer.settings().poll_interval;
-        let action = if !steady {
+        // Machines still going are looked at again soon, so that whoever shows them (a
+        // Machine object, a CLI's table) sees them gone without waiting for a resync.
+        let going = members.iter().any(|m| m.deleting);
+        let action = if !steady || going {
             Action::Requeue(poll)
         } else {
             Action::Requeue(probe.map_or(RESYNC, |p| p.interval.min(RESYNC)))
