@@ -1,11 +1,15 @@
 //! Create-to-Ready on real local machines, for 1 machine and for N in parallel
 //! (default 20), coupled (cloud-config in user data, cloud-init's status as the
-//! completion check over SSH) and decoupled (the same work as steps over SSH), against
-//! the floor: the same user data through plain cloud-init stages in a chroot (an
-//! overlay over the same root, no network, no sshd), in the same run.
+//! completion check over SSH), coupled by reference (the same layer, the machine given
+//! only a stub that fetches the document from a served-once HTTPS store on the run's
+//! bridge) and decoupled (the same work as steps over SSH), against the floor: the same
+//! user data through plain cloud-init stages in a chroot (an overlay over the same root,
+//! no network, no sshd), in the same run. Prints the Ready p50 ratio of by reference to
+//! inline; with R (default 1), the coupled rounds inline and by reference alternate R
+//! times each and the ratio is of their medians.
 //!
 //! ```text
-//! cargo run --release -p provider-local --example bench_local [-- N]
+//! cargo run --release -p provider-local --example bench_local [-- N [R]]
 //! ```
 //!
 //! As root, after scripts/peers/40-local-root.sh. Peak memory is the largest sum of
@@ -21,6 +25,8 @@ use std::time::{Duration, Instant};
 
 use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, CloudInitStatus, User, WriteFile};
 use bootstrap_ssh::{Auth, HostKeyPolicy, SshConfig, SshConnector};
+use bootstrap_store::{HttpsStore, HttpsStoreConfig, Network};
+use machine_core::bootstrap_data::ByReference;
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
     CancellationToken, Composer, ComposerSettings, MachineName, MachineSpec, SshAccess, Timeline,
@@ -202,7 +208,14 @@ fn floor(root: &Path, user_data: &str, n: usize) -> Res<Duration> {
     Ok(wall)
 }
 
-fn stats(label: &str, r: &Round) {
+/// The median of `v` (the upper one of an even count).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Prints a round's row; returns its Ready p50 in seconds.
+fn stats(label: &str, r: &Round) -> f64 {
     let mut ready: Vec<f64> = r
         .timelines
         .iter()
@@ -239,6 +252,7 @@ fn stats(label: &str, r: &Round) {
             "-".into()
         }
     );
+    mid(&ready)
 }
 
 #[tokio::main]
@@ -248,6 +262,12 @@ async fn main() -> Res<()> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(20);
+    let repeats: usize = std::env::args()
+        .nth(2)
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(1)
+        .max(1);
     let tag = format!("{:04x}", std::process::id() & 0xffff);
     let bridge = format!("mpb{tag}");
     let config = LocalConfig::new("bench")
@@ -290,9 +310,48 @@ async fn main() -> Res<()> {
         .completion(Arc::new(CloudInitStatus::new()))
         .build()?;
     let decoupled = Composer::builder(provider.clone())
-        .settings(settings)
+        .settings(settings.clone())
         .decoupled(Arc::new(steps()?))
+        .connector(connector.clone())
+        .build()?;
+    // By reference: the store listens on the bridge's own address (made here, as the
+    // provider makes it on its first create), and answers the run's subnet only.
+    let subnet = provider.config().subnet()?;
+    let gateway = subnet.gateway();
+    for args in [
+        vec!["link", "add", bridge.as_str(), "type", "bridge"],
+        vec![
+            "addr",
+            "replace",
+            &format!("{gateway}/{}", subnet.prefix()),
+            "dev",
+            &bridge,
+        ],
+        vec!["link", "set", bridge.as_str(), "up"],
+    ] {
+        let out = Command::new("ip").args(&args).output()?;
+        if !out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("File exists") {
+            return Err(format!(
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+    }
+    let store = Arc::new(
+        HttpsStore::start(
+            HttpsStoreConfig::new(std::net::SocketAddr::new(gateway.into(), 0))
+                .allow(Network::parse(&provider.config().subnet)?),
+        )
+        .await?,
+    );
+    let by_reference = Composer::builder(provider.clone())
+        .settings(settings)
+        .coupled(layer.clone())
         .connector(connector)
+        .completion(Arc::new(CloudInitStatus::new()))
+        .by_reference(ByReference::new(store.clone()))
         .build()?;
     let user_data = layer.render()?;
 
@@ -308,21 +367,55 @@ async fn main() -> Res<()> {
         "{:<26} {:>3} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9}",
         "round", "n", "wall", "ready p50", "ready max", "boot p50", "bootstr p50", "peak mem"
     );
-    stats(
-        "coupled, 1",
-        &round(&coupled, "c1", 1, &ssh, &bridge).await?,
-    );
+    // Inline and by reference alternate, `repeats` times each, so that both see the
+    // same spread of load; the ratio is of their medians.
+    let (mut inline_1, mut by_ref_1) = (Vec::new(), Vec::new());
+    for r in 1..=repeats {
+        let tag = if repeats > 1 {
+            format!(" #{r}")
+        } else {
+            String::new()
+        };
+        inline_1.push(stats(
+            &format!("coupled, 1{tag}"),
+            &round(&coupled, &format!("c1-{r}"), 1, &ssh, &bridge).await?,
+        ));
+        by_ref_1.push(stats(
+            &format!("coupled by reference, 1{tag}"),
+            &round(&by_reference, &format!("r1-{r}"), 1, &ssh, &bridge).await?,
+        ));
+    }
     stats(
         "decoupled, 1",
         &round(&decoupled, "d1", 1, &ssh, &bridge).await?,
     );
-    stats(
-        &format!("coupled, {n}"),
-        &round(&coupled, "cn", n, &ssh, &bridge).await?,
-    );
+    let (mut inline_n, mut by_ref_n) = (Vec::new(), Vec::new());
+    for r in 1..=repeats {
+        let tag = if repeats > 1 {
+            format!(" #{r}")
+        } else {
+            String::new()
+        };
+        inline_n.push(stats(
+            &format!("coupled, {n}{tag}"),
+            &round(&coupled, &format!("cn-{r}"), n, &ssh, &bridge).await?,
+        ));
+        by_ref_n.push(stats(
+            &format!("coupled by reference, {n}{tag}"),
+            &round(&by_reference, &format!("rn-{r}"), n, &ssh, &bridge).await?,
+        ));
+    }
     stats(
         &format!("decoupled, {n}"),
         &round(&decoupled, "dn", n, &ssh, &bridge).await?,
+    );
+    let served = store.stats();
+    println!(
+        "by reference / inline, Ready p50 (median of {repeats}): {:.2} at 1, {:.2} at {n}; the store served {} documents, refused {}",
+        median(&mut by_ref_1) / median(&mut inline_1),
+        median(&mut by_ref_n) / median(&mut inline_n),
+        served.served,
+        served.gone + served.wrong_clients + served.failed_handshakes + served.unknown_tokens
     );
     println!("floor: cloud-init stages in a chroot, same user data");
     println!(
