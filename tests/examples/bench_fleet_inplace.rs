@@ -6,16 +6,16 @@
 //! ```text
 //! WITH_BENCH_PEERS=1 bash scripts/peers/10-openssh.sh    # ansible in a venv
 //! WITH_BENCH_PEERS=1 bash scripts/peers/40-local-root.sh # the bench root
-//! cargo run --release -p tests --example bench_fleet_inplace [-- --hosts 50 --batch 10 --ansible-first]
+//! cargo run --release -p tests --example bench_fleet_inplace [-- --hosts 50 --batch 10 --settle 30 --ansible-first]
 //! ```
 //!
 //! Untimed setup: a `MachineSet` of N provider-local machines (booted from the
 //! `bookworm-bench` root with a coupled base layer) is driven by [`FleetReconciler`] until
 //! steady with app layer v1 (a decoupled step layer: two files and a command that
 //! records the deploy, restarting nothing); N other machines with the same base layer
-//! are booted and get v1 from Ansible. Timed, each side alone: (a) the reconciler, given
-//! app layer v2, is stepped (waiting what each step's action asks) until the fleet is
-//! steady again; (b) `ansible-playbook` applies v2 with `serial: B` (forks 50, the SSH
+//! are booted and get v1 from Ansible. After a pause (`--settle`, 30 s) for the setup's
+//! processes to end, timed, each side alone: (a) the reconciler, given app layer v2, is
+//! stepped (waiting what each step's action asks) until the fleet is steady again; (b) `ansible-playbook` applies v2 with `serial: B` (forks 50, the SSH
 //! settings of bench_recipes_ansible, its control masters of the v1 run closed first, so
 //! both sides start with no connection open). Afterwards every machine on both sides is
 //! read back over SSH and must hold v2 (and v1 then v2 in its deploy history), and every
