@@ -98,7 +98,9 @@ class RawSoap:
 
     def __init__(self, args, user):
         host, port = args.host.rsplit(":", 1)
-        self.conn = http.client.HTTPSConnection(host, int(port), context=ssl._create_unverified_context())
+        # A bound on every answer: a request vcsim never answers made the stand-in (and so
+        # every VM waiting for its address) wait for ever.
+        self.conn = http.client.HTTPSConnection(host, int(port), timeout=60, context=ssl._create_unverified_context())
         self.cookie = None
         self.call("Login", '<_this type="SessionManager">SessionManager</_this>'
                   f"<userName>{user}</userName><password>pass</password>")
@@ -186,7 +188,7 @@ def tools(args) -> None:
                     if ">success<" not in o or not vm:
                         continue
                     give(vm.group(1))
-        except (http.client.HTTPException, ConnectionError):
+        except (http.client.HTTPException, ConnectionError, TimeoutError):
             soap = RawSoap(args, "tools")  # vcsim dropped the connection (see again())
         time.sleep(args.poll / 4)
 

@@ -399,6 +399,11 @@ fn inventories() -> Result<Vec<usize>> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
+    // RUST_LOG=provider_vsphere=debug shows what a slow or stuck run waits for.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let count = arg("--count", 200)?;
     let concurrency = arg("--concurrency", 16)?;
     let pyvmomi_first = std::env::args().any(|a| a == "--pyvmomi-first");
@@ -409,14 +414,6 @@ async fn main() -> Result<()> {
     );
     let mut rows = Vec::new();
     for inventory in inventories()? {
-        let (rust, py) = if pyvmomi_first {
-            let py = bench_pyvmomi(count, concurrency, inventory).await?;
-            let rust = bench_provider(count, concurrency, inventory, watch_datacenter).await?;
-            (rust, py)
-        } else {
-            let rust = bench_provider(count, concurrency, inventory, watch_datacenter).await?;
-            (rust, bench_pyvmomi(count, concurrency, inventory).await?)
-        };
         println!();
         println!("inventory {inventory} VMs");
         println!(
@@ -432,7 +429,9 @@ async fn main() -> Result<()> {
             "retries",
             "vcsim ms/VM"
         );
-        for (name, f) in [("provider-vsphere", &rust), ("pyvmomi", &py)] {
+        // Each side's row as soon as it is measured: a side that fails or hangs does
+        // not take the other's figures with it.
+        let row = |name: &str, f: &Figures| {
             println!(
                 "{name:<17} {:>8.2} {:>8.2} {:>7} {:>12} {:>10.1} {:>12.3} {:>13.2} {:>8} {:>14.2}",
                 f.wall,
@@ -445,7 +444,20 @@ async fn main() -> Result<()> {
                 f.retries,
                 1e3 * f.server_cpu / count as f64
             );
-        }
+        };
+        let (rust, py) = if pyvmomi_first {
+            let py = bench_pyvmomi(count, concurrency, inventory).await?;
+            row("pyvmomi", &py);
+            let rust = bench_provider(count, concurrency, inventory, watch_datacenter).await?;
+            row("provider-vsphere", &rust);
+            (rust, py)
+        } else {
+            let rust = bench_provider(count, concurrency, inventory, watch_datacenter).await?;
+            row("provider-vsphere", &rust);
+            let py = bench_pyvmomi(count, concurrency, inventory).await?;
+            row("pyvmomi", &py);
+            (rust, py)
+        };
         println!(
             "provider-vsphere / pyvmomi: wall {:.2}x, cpu per VM {:.2}x, calls per VM {:.2}x",
             rust.wall / py.wall,
