@@ -10,13 +10,15 @@ Ansible's community.vmware, does). The connection pool is sized to the threads
 (pyvmomi's default of 5 would make the other threads open a fresh TLS connection per
 call). Every SOAP call is counted. Prints one JSON line: {"wall_s", "cpu_s", "calls",
 "machines", "retries"}; cpu_s is this process's user + system time; retries counts calls
-repeated after vcsim dropped the connection.
+repeated after vcsim dropped the connection. A VM without an address 120 s after its
+power-on fails the run, and so does a run longer than --deadline seconds.
 
 --tools: plays VMware Tools for every VM powered on after it started: a guest boots and
 reports an address, which it gives through extraConfig `SET.guest.ipAddress` (vcsim's
 hook). It learns of power-ons from the TaskManager's recent tasks (reading only new
 ones, so its cost does not grow with the inventory), over bare SOAP (see RawSoap), and
-runs until killed, in its own session, so neither side pays for it.
+runs until killed, in its own session, so neither side pays for it. It prints "ready"
+once it has read the tasks that are not the bench's, and the bench starts only then.
 """
 
 import argparse
@@ -24,6 +26,7 @@ import base64
 import gzip
 import http.client
 import json
+import os
 import re
 import resource
 import ssl
@@ -38,6 +41,9 @@ from pyVmomi import SoapAdapter, vim, vmodl
 
 CALLS = 0
 RETRIES = 0
+# How long a VM may wait for its guest address after power-on (the stand-in gives one
+# within a poll or two).
+ADDRESS_LIMIT = 120
 CALLS_LOCK = threading.Lock()
 
 
@@ -152,6 +158,21 @@ def tools(args) -> None:
             f'<_this type="VirtualMachine">{vm}</_this><spec><extraConfig xsi:type="OptionValue">'
             f'<key>SET.guest.ipAddress</key><value xsi:type="xsd:string">{ip}</value></extraConfig></spec>'))
 
+    def sweep():
+        """Gives an address to every VM of the folder powered on without one."""
+        for o in soap.call("RetrievePropertiesEx", in_folder).split("<objects>")[1:]:
+            vm = re.search(r'type="VirtualMachine">([^<]+)<', o)
+            has_ip = re.search(r"<name>guest\.ipAddress</name><val[^>]*>[^<]+<", o)
+            if vm and ">poweredOn<" in o and not has_ip:
+                give(vm.group(1))
+
+    # Power-ons before the snapshot above are taken as not ours: a bench that started
+    # before it (the stand-in started late on a loaded machine) would have its first VMs
+    # wait for ever. The folder's VMs are read once after the snapshot, and the bench
+    # waits for the line below before it starts.
+    sweep()
+    print("ready", flush=True)
+
     while True:
         try:
             listed = tasks()
@@ -162,11 +183,7 @@ def tools(args) -> None:
             if len(listed) >= 200 and listed[0] not in seen:
                 gaps += 1
                 print(f"tools: tasks went by unseen ({gaps}); reading {args.folder}", file=sys.stderr)
-                for o in soap.call("RetrievePropertiesEx", in_folder).split("<objects>")[1:]:
-                    vm = re.search(r'type="VirtualMachine">([^<]+)<', o)
-                    has_ip = re.search(r"<name>guest\.ipAddress</name><val[^>]*>[^<]+<", o)
-                    if vm and ">poweredOn<" in o and not has_ip:
-                        give(vm.group(1))
+                sweep()
             fresh = [t for t in listed if t not in seen]
             seen.update(fresh)
             ask = waiting + fresh
@@ -220,11 +237,24 @@ def bench(args) -> None:
         WaitForTask(task, si=si)
         vm = task.info.result
         again(lambda: WaitForTask(vm.PowerOnVM_Task(), si=si), state_is_done=True)
+        since = time.monotonic()
         while not again(lambda: vm.guest.ipAddress):
+            if time.monotonic() - since > ADDRESS_LIMIT:
+                raise RuntimeError(f"{name} ({vm._moId}): no guest address {ADDRESS_LIMIT} s after "
+                                   "its power-on; the VMware Tools stand-in gave none")
             time.sleep(args.poll)
         again(lambda: WaitForTask(vm.PowerOffVM_Task(), si=si), state_is_done=True)
         again(lambda: WaitForTask(vm.Destroy_Task(), si=si), gone_is_done=True)
 
+    # A bound on the whole run: a VM that never gets an address, or a call that never
+    # returns, ends it with a message instead of a bench waiting until killed.
+    def expired():
+        print(f"pyvmomi_bench.py: {args.count} VMs not done in {args.deadline} s", file=sys.stderr)
+        os._exit(3)
+
+    watchdog = threading.Timer(args.deadline, expired)
+    watchdog.daemon = True
+    watchdog.start()
     global CALLS
     CALLS = 0
     before = resource.getrusage(resource.RUSAGE_SELF)
@@ -249,6 +279,8 @@ def main() -> None:
     ap.add_argument("--template", default="DC0/vm/DC0_H0_VM1")
     ap.add_argument("--folder", default="DC0/vm")
     ap.add_argument("--pool", default="DC0/host/DC0_H0/Resources")
+    ap.add_argument("--deadline", type=float, default=900.0,
+                    help="seconds the whole run may take before it fails")
     ap.add_argument("--tools", action="store_true")
     args = ap.parse_args()
     if args.tools:

@@ -14,24 +14,30 @@
 //! the minimal calls with `WaitForTask` on 16 threads (provider-vsphere/bench/pyvmomi_bench.py).
 //! vcsim gives no guest IP by itself: a VMware Tools stand-in (the same script with
 //! `--tools`, its own process and session) sets one with extraConfig `SET.guest.ipAddress`
-//! on every VM powered on during the run, for both sides alike. Client CPU is getrusage of
+//! on every VM powered on during the run, for both sides alike; each side starts only once
+//! the stand-in says it is ready (it has read the tasks that were there before the run,
+//! which are not the bench's). Client CPU is getrusage of
 //! each side's own process (this one for the provider, the Python child for pyvmomi);
 //! vcsim and the Tools stand-in are excluded. Calls: pyvmomi counts its own SOAP requests
 //! exactly; for the provider, vcsim's `callCount` of its session (read from
 //! `SessionManager.sessionList`). vcsim bumps that count without a lock, so under
 //! concurrency it can miss some: the pyvmomi row shows vcsim's count beside the exact
 //! one, to see how many. A call whose connection vcsim dropped is repeated (at most three
-//! times) on both sides, and counted in `retries`.
+//! times) on both sides, and counted in `retries`. No wait is unbounded: a VM without a
+//! guest address 120 s after its power-on fails the run, naming it, and so does a side
+//! that has not finished in 300 s plus 3 s per VM (the provider's says where each
+//! unfinished VM is: in create, waiting for its address, in delete).
 //!
 //! ```sh
 //! WITH_BENCH_PEERS=1 bash scripts/peers/50-vcsim.sh   # vcsim, and pyvmomi in a venv
 //! cargo run --release -p provider-vsphere --example bench_vsphere -- --count 200 --concurrency 16 --inventory 200,1000,2000
 //! ```
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 // vcsim runs as several processes, counted by its own reader below, not by pid.
@@ -89,19 +95,39 @@ fn host_port(vcsim: &Vcsim) -> Result<String> {
 /// The VMware Tools stand-in: its own process and session, killed (by PID) when dropped.
 struct Tools(Child);
 
+/// How long the stand-in may take to start (Python, pyVmomi's import, its login and its
+/// first reads) on a loaded machine.
+const TOOLS_READY: Duration = Duration::from_secs(60);
+
 impl Tools {
+    /// Starts the stand-in and waits until it says "ready": it has read the tasks that
+    /// were there before (not the bench's). A bench that started before that had its
+    /// first power-ons taken for the inventory's, and those VMs never got an address.
     fn start(vcsim: &Vcsim) -> Result<Tools> {
-        let child = Command::new(python()?)
+        let mut child = Command::new(python()?)
             .arg(script())
             .args(["--host", &host_port(vcsim)?])
             .args(["--thumbprint", &vcsim.fingerprint.to_string()])
             .arg("--tools")
             .args(["--folder", FOLDER])
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .context("starting the VMware Tools stand-in")?;
-        Ok(Tools(child))
+        let stdout = child.stdout.take().context("the stand-in's stdout")?;
+        let tools = Tools(child);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let read = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(read.map(|_| line));
+        });
+        match rx.recv_timeout(TOOLS_READY) {
+            Ok(Ok(line)) if line.trim() == "ready" => Ok(tools),
+            Ok(Ok(line)) => bail!("the VMware Tools stand-in printed {line:?}, not \"ready\""),
+            Ok(Err(e)) => bail!("reading the VMware Tools stand-in's output: {e}"),
+            Err(_) => bail!("the VMware Tools stand-in was not ready in {TOOLS_READY:?}"),
+        }
     }
 }
 
@@ -267,6 +293,49 @@ where
 
 const POLL: Duration = Duration::from_millis(100);
 
+/// How long a VM may wait for its guest address (the stand-in gives one within a poll or
+/// two of the power-on).
+const ADDRESS_LIMIT: Duration = Duration::from_secs(120);
+
+/// What each VM of the provider's side is doing, by the number `stages` holds.
+const STAGES: [&str; 5] = [
+    "not started",
+    "in create",
+    "waiting for its address",
+    "in delete",
+    "done",
+];
+
+/// A generous bound on one side's run of `count` VMs (the 200-VM runs take 5-7 s): it
+/// fails with where the VMs are instead of waiting until killed.
+fn deadline(count: usize) -> Duration {
+    Duration::from_secs(300 + 3 * count as u64)
+}
+
+/// How many VMs are at each stage, and the first few names of the unfinished ones.
+fn where_they_are(stages: &[AtomicU8]) -> String {
+    let mut out = Vec::new();
+    for (n, what) in STAGES.iter().enumerate() {
+        let at: Vec<usize> = (0..stages.len())
+            .filter(|&i| usize::from(stages[i].load(Ordering::Relaxed)) == n)
+            .collect();
+        if at.is_empty() {
+            continue;
+        }
+        let mut line = format!("{} {what}", at.len());
+        if (1..4).contains(&n) {
+            let names: Vec<String> = at.iter().take(5).map(|i| format!("bench-{i:04}")).collect();
+            line.push_str(&format!(
+                " ({}{})",
+                names.join(", "),
+                if at.len() > 5 { ", ..." } else { "" }
+            ));
+        }
+        out.push(line);
+    }
+    out.join(", ")
+}
+
 async fn bench_provider(
     count: usize,
     concurrency: usize,
@@ -297,11 +366,14 @@ async fn bench_provider(
     let server0 = vcsim_cpu_seconds()?;
     let cpu0 = cpu_seconds()?;
     let start = Instant::now();
-    stream::iter(0..count)
+    // Where each VM is (see STAGES), for the message when the run passes its deadline.
+    let stages: Vec<AtomicU8> = (0..count).map(|_| AtomicU8::new(0)).collect();
+    let run = stream::iter(0..count)
         .map(|i| {
             let p = p.clone();
             let data = data.clone();
             let retries = &retries;
+            let stage = &stages[i];
             async move {
                 let name = MachineName::new(format!("bench-{i:04}"))?;
                 let spec =
@@ -312,21 +384,45 @@ async fn bench_provider(
                             "sshUser": common::SSH_USER,
                             "folder": FOLDER,
                         }));
-                let m = again(retries, || p.create(&spec, Some(&data))).await?;
+                stage.store(1, Ordering::Relaxed);
+                let m = again(retries, || p.create(&spec, Some(&data)))
+                    .await
+                    .with_context(|| format!("creating {name}"))?;
+                stage.store(2, Ordering::Relaxed);
+                let since = Instant::now();
                 while again(retries, || p.get(&m.provider_id))
-                    .await?
+                    .await
+                    .with_context(|| format!("reading {name}"))?
                     .address(AddressKind::InternalIP)
                     .is_none()
                 {
+                    if since.elapsed() > ADDRESS_LIMIT {
+                        bail!(
+                            "{name} ({}): no guest address {ADDRESS_LIMIT:?} after its create \
+                             returned it powered on; the VMware Tools stand-in gave none",
+                            m.provider_id
+                        );
+                    }
                     tokio::time::sleep(POLL).await;
                 }
-                again(retries, || p.delete(&m.provider_id)).await?;
+                stage.store(3, Ordering::Relaxed);
+                again(retries, || p.delete(&m.provider_id))
+                    .await
+                    .with_context(|| format!("deleting {name}"))?;
+                stage.store(4, Ordering::Relaxed);
                 anyhow::Ok(())
             }
         })
         .buffer_unordered(concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
+        .try_collect::<Vec<()>>();
+    let limit = deadline(count);
+    match tokio::time::timeout(limit, run).await {
+        Ok(done) => done?,
+        Err(_) => bail!(
+            "the provider's side did not finish {count} VMs in {limit:?}: {}",
+            where_they_are(&stages)
+        ),
+    };
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds()? - cpu0;
     let server_cpu = vcsim_cpu_seconds()? - server0;
@@ -356,6 +452,7 @@ async fn bench_pyvmomi(count: usize, concurrency: usize, inventory: usize) -> Re
         .args(["--poll", &POLL.as_secs_f64().to_string()])
         .args(["--template", TEMPLATE])
         .args(["--folder", FOLDER])
+        .args(["--deadline", &deadline(count).as_secs().to_string()])
         .stderr(Stdio::inherit())
         .output()
         .context("running pyvmomi_bench.py")?;

@@ -533,6 +533,7 @@ async fn run(inner: Arc<Inner>) {
                         match tokio::time::timeout(GRACE, &mut call).await {
                             Ok(answer) => break answer,
                             Err(_) => {
+                                tracing::trace!(covering, "cancelling a long poll for newer work");
                                 let this = srv.collector.xml("_this");
                                 if let Err(e) = inner.client.call("CancelWaitForUpdates", &this).await {
                                     tracing::debug!(error = %e, "CancelWaitForUpdates failed");
@@ -564,6 +565,16 @@ async fn run(inner: Arc<Inner>) {
                 if !truncated {
                     st.covered = st.covered.max(covering);
                 }
+                tracing::trace!(
+                    changed = update.is_some(),
+                    truncated,
+                    version = %srv.version,
+                    vms = st.vms.len(),
+                    covered = st.covered,
+                    requested = st.requested,
+                    tasks_waited = st.tasks.values().filter(|t| t.outcome.is_none()).count(),
+                    "WaitForUpdatesEx answered"
+                );
                 drop(st);
                 inner.bump();
             }
@@ -822,6 +833,11 @@ async fn list_tasks(inner: &Inner, server: &Server, add: &[Moref], remove: &[Mor
             }
         }
     }
+    tracing::trace!(
+        added = add.len(),
+        removed = remove.len(),
+        "tasks added to and taken out of the list view"
+    );
     inner.bump();
 }
 
