@@ -17,7 +17,7 @@
 //! `--no-ansible` leaves Ansible out (it takes minutes at 500 hosts).
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,32 +103,13 @@ fn cpu(children: bool) -> f64 {
     (u + s) / 100.0
 }
 
-fn run(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output().with_context(|| format!("{cmd:?}"))?;
-    ensure!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn keygen(path: &Path) -> anyhow::Result<String> {
-    run(Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path))?;
-    Ok(std::fs::read_to_string(path.with_extension("pub"))?
-        .trim()
-        .to_owned())
-}
-
 fn start_targets(dir: &Path, n: usize) -> anyhow::Result<Vec<Target>> {
     std::fs::create_dir_all("/run/sshd")?;
     let mut targets = Vec::new();
     for i in 0..n {
         let d = dir.join(format!("t{i}"));
         std::fs::create_dir_all(&d)?;
-        let host_key = keygen(&d.join("host_key"))?;
+        let host_key = ansible::keygen(&d.join("host_key"))?;
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let dd = d.display();
         std::fs::write(
@@ -260,16 +241,6 @@ fn bench_openssh(
     Ok(())
 }
 
-fn ansible_bin() -> PathBuf {
-    let cache = std::env::var("XDG_CACHE_HOME").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache",
-            std::env::var("HOME").unwrap_or_else(|_| "/root".into())
-        )
-    });
-    PathBuf::from(cache).join("machine-provisioning/ansible/bin/ansible-playbook")
-}
-
 fn bench_ansible(
     dir: &Path,
     key: &Path,
@@ -304,7 +275,7 @@ fn bench_ansible(
         adir.join("play.yml"),
         format!("- hosts: targets\n  gather_facts: false\n  tasks:\n{tasks}"),
     )?;
-    let out = Command::new(ansible_bin())
+    let out = Command::new(ansible::playbook_bin())
         .arg("-i")
         .arg(adir.join("inventory"))
         .arg(adir.join("play.yml"))
@@ -356,7 +327,7 @@ fn main() -> anyhow::Result<()> {
             "{tool} is missing: run scripts/peers/10-openssh.sh (or apt-get install -y {pkg})"
         );
     }
-    let ansible = ansible_bin();
+    let ansible = ansible::playbook_bin();
     ensure!(
         !with_ansible || ansible.exists(),
         "{} is missing: run WITH_BENCH_PEERS=1 bash scripts/peers/10-openssh.sh (installs ansible-core from PyPI into a venv)",
@@ -365,7 +336,7 @@ fn main() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path();
     let key = dir.join("client_key");
-    let pubkey = keygen(&key)?;
+    let pubkey = ansible::keygen(&key)?;
     std::fs::write(dir.join("authorized_keys"), format!("{pubkey}\n"))?;
     let targets = start_targets(dir, hosts)?;
     let kh = dir.join("known_hosts");
@@ -461,7 +432,7 @@ fn main() -> anyhow::Result<()> {
         "peers: {} | {} | russh 0.65",
         version(Path::new("/usr/bin/ssh"), "-V"),
         if with_ansible {
-            version(&ansible_bin(), "--version")
+            version(&ansible::playbook_bin(), "--version")
         } else {
             "Ansible not run".to_owned()
         }

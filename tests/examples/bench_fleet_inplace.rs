@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -139,35 +139,8 @@ fn load() -> String {
         .join(" ")
 }
 
-fn cache_dir() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
-        })
-        .join("machine-provisioning")
-}
-
-fn keygen(path: &Path) -> Res<String> {
-    let ok = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .status()
-        .map_err(|e| format!("ssh-keygen ({e}): run scripts/peers/10-openssh.sh"))?;
-    if !ok.success() {
-        return Err("ssh-keygen failed".into());
-    }
-    Ok(std::fs::read_to_string(path.with_extension("pub"))?
-        .trim()
-        .to_owned())
-}
-
-fn ansible_bin() -> PathBuf {
-    cache_dir().join("ansible/bin/ansible-playbook")
-}
-
 fn run_ansible(dir: &Path, play: &str) -> Res<String> {
-    let out = Command::new(ansible_bin())
+    let out = Command::new(ansible::playbook_bin())
         .arg("-i")
         .arg(dir.join("inventory"))
         .arg(dir.join(play))
@@ -300,7 +273,7 @@ async fn main() -> Res<()> {
     if hosts == 0 || batch == 0 || batch > 50 {
         return Err("--hosts must be at least 1 and --batch 1 to 50 (Ansible's forks)".into());
     }
-    let ansible = ansible_bin();
+    let ansible = ansible::playbook_bin();
     if !ansible.exists() {
         return Err(format!(
             "{} is missing: run WITH_BENCH_PEERS=1 bash scripts/peers/10-openssh.sh",
@@ -308,7 +281,7 @@ async fn main() -> Res<()> {
         )
         .into());
     }
-    let root = cache_dir().join("bookworm-bench");
+    let root = ansible::cache_dir().join("bookworm-bench");
     if !root.join("usr/bin/python3").exists() {
         return Err(format!(
             "{} is missing: run WITH_BENCH_PEERS=1 bash scripts/peers/40-local-root.sh",
@@ -328,7 +301,7 @@ async fn main() -> Res<()> {
 
     let tmp = tempfile::tempdir()?;
     let key = tmp.path().join("id");
-    let public = keygen(&key)?;
+    let public = ansible::keygen(&key)?;
     let kh = tmp.path().join("known_hosts");
     std::fs::write(&kh, "")?;
     let ssh = SshAccess {

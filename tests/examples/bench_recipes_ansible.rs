@@ -27,7 +27,7 @@
 //! ControlPersist masters outlive the run and are not counted, as in bench_ssh.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -188,29 +188,6 @@ fn cpu(children: bool) -> f64 {
     (f.get(u).unwrap_or(&0.0) + f.get(s).unwrap_or(&0.0)) / 100.0
 }
 
-fn cache_dir() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
-        })
-        .join("machine-provisioning")
-}
-
-fn keygen(path: &Path) -> Res<String> {
-    let ok = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .status()
-        .map_err(|e| format!("ssh-keygen ({e}): run scripts/peers/10-openssh.sh"))?;
-    if !ok.success() {
-        return Err("ssh-keygen failed".into());
-    }
-    Ok(std::fs::read_to_string(path.with_extension("pub"))?
-        .trim()
-        .to_owned())
-}
-
 /// Boots `n` machines named `<prefix>-<i>` and returns them in order.
 async fn boot(composer: &Composer, prefix: &str, n: usize, ssh: &SshAccess) -> Res<Vec<Machine>> {
     let specs: Vec<MachineSpec> = (0..n)
@@ -259,10 +236,6 @@ async fn apply_ours(key: &Path, kh: &Path, machines: &[Machine], nginx: &str) ->
     Ok(steps)
 }
 
-fn ansible_bin() -> PathBuf {
-    cache_dir().join("ansible/bin/ansible-playbook")
-}
-
 fn write_ansible(dir: &Path, key: &Path, kh: &Path, machines: &[Machine], nginx: &str) -> Res<()> {
     let mut hosts = Vec::new();
     for (i, m) in machines.iter().enumerate() {
@@ -275,7 +248,7 @@ fn write_ansible(dir: &Path, key: &Path, kh: &Path, machines: &[Machine], nginx:
 }
 
 fn apply_ansible(dir: &Path) -> Res<String> {
-    let out = Command::new(ansible_bin())
+    let out = Command::new(ansible::playbook_bin())
         .arg("-i")
         .arg(dir.join("inventory"))
         .arg(dir.join("play.yml"))
@@ -375,8 +348,8 @@ async fn main() -> Res<()> {
             }
         }
     }
-    let ansible = ansible_bin();
-    let collections = cache_dir().join("ansible/lib");
+    let ansible = ansible::playbook_bin();
+    let collections = ansible::cache_dir().join("ansible/lib");
     let has_collections = std::fs::read_dir(&collections)
         .ok()
         .and_then(|mut d| d.next())
@@ -393,7 +366,7 @@ async fn main() -> Res<()> {
         )
         .into());
     }
-    let root = cache_dir().join("bookworm-bench");
+    let root = ansible::cache_dir().join("bookworm-bench");
     if !root.join("usr/bin/systemctl").exists() {
         return Err(format!(
             "{} is missing: run WITH_BENCH_PEERS=1 bash scripts/peers/40-local-root.sh",
@@ -425,7 +398,7 @@ async fn main() -> Res<()> {
 
     let tmp = tempfile::tempdir()?;
     let key = tmp.path().join("id");
-    let public = keygen(&key)?;
+    let public = ansible::keygen(&key)?;
     let kh = tmp.path().join("known_hosts");
     std::fs::write(&kh, "")?;
     let ssh = SshAccess {
