@@ -228,6 +228,9 @@ pub struct Stats {
     pub throttled: u64,
     /// Requests refused for their method or body (405, 413).
     pub bad_requests: u64,
+    /// Requests that came before the composer told the store the machine's addresses
+    /// (503 with `Retry-After`; the stub tries again).
+    pub not_yet_bound: u64,
 }
 
 #[derive(Default)]
@@ -241,6 +244,7 @@ struct Counters {
     wrong_clients: AtomicU64,
     throttled: AtomicU64,
     bad_requests: AtomicU64,
+    not_yet_bound: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -428,6 +432,7 @@ impl HttpsStore {
             wrong_clients: n(&c.wrong_clients),
             throttled: n(&c.throttled),
             bad_requests: n(&c.bad_requests),
+            not_yet_bound: n(&c.not_yet_bound),
         }
     }
 
@@ -833,6 +838,7 @@ fn serve(shared: &Shared, ip: IpAddr, req: &Request<Incoming>) -> Response<Full<
             None => {
                 // The composer has not yet seen the machine's addresses: the stub tries
                 // again shortly.
+                bump(&c.not_yet_bound);
                 let mut r = reply(StatusCode::SERVICE_UNAVAILABLE, Bytes::new());
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));

@@ -127,6 +127,7 @@ async fn a_document_is_served_once_to_its_machine_and_then_gone() {
     assert_eq!(path.len(), "/v1/".len() + 64, "a 256-bit token");
     // Before the composer saw the machine's addresses, the stub is asked to come back.
     assert_eq!(get(&s, "127.0.0.1", &path).await.unwrap().0, 503);
+    assert_eq!(s.stats().not_yet_bound, 1, "the early fetch is counted");
     s.expect_clients(&web, &["127.0.0.1".parse().unwrap()])
         .await
         .unwrap();
