@@ -3,6 +3,7 @@
 //! is withdrawn at the end of the bootstrap and on delete; a create abandoned after its
 //! put is finished or swept by a new composer.
 
+use machine_core::decorators::{FaultConfig, FaultInjecting};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -15,9 +16,8 @@ use machine_core::bootstrap_data::{
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
-    CancellationToken, Capabilities, Composer, ComposerSettings, Deadlines, ErrorKind, Labels,
-    Machine, MachineName, MachineProvisioner, MachineSpec, Phase, PowerOp, ProviderId, Result,
-    SecretString, SentinelFile, UserData, revision,
+    CancellationToken, Composer, ComposerSettings, Deadlines, ErrorKind, Labels, MachineName,
+    MachineProvisioner, MachineSpec, Phase, Result, SecretString, SentinelFile, revision,
 };
 
 const CANARY: &str = "canary-secret-5f1c";
@@ -85,43 +85,8 @@ impl MemStore {
 }
 
 /// A provider whose create never returns: a controller killed mid-create.
-struct HangingCreate(Arc<SimProvider>);
-
-impl std::fmt::Display for HangingCreate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-#[async_trait]
-impl MachineProvisioner for HangingCreate {
-    fn capabilities(&self) -> &Capabilities {
-        self.0.capabilities()
-    }
-    async fn create(&self, _: &MachineSpec, _: Option<&UserData>) -> Result<Machine> {
-        std::future::pending().await
-    }
-    async fn get(&self, id: &ProviderId) -> Result<Machine> {
-        self.0.get(id).await
-    }
-    async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
-        self.0.find(name).await
-    }
-    async fn list(&self, selector: &Labels) -> Result<Vec<Machine>> {
-        self.0.list(selector).await
-    }
-    async fn delete(&self, id: &ProviderId) -> Result<()> {
-        self.0.delete(id).await
-    }
-    async fn user_data(&self, id: &ProviderId) -> Result<Option<UserData>> {
-        self.0.user_data(id).await
-    }
-    async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
-        self.0.power(id, op).await
-    }
-    async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {
-        self.0.console_output(id).await
-    }
+fn hanging_creates(provider: Arc<SimProvider>) -> FaultInjecting<Arc<SimProvider>> {
+    FaultInjecting::new(provider, FaultConfig::default().with_hang_creates(true)).unwrap()
 }
 
 /// Whether a MIME document says `needle`, in any part, whatever its transfer encoding.
@@ -313,7 +278,7 @@ async fn delete_withdraws_the_document() {
 async fn a_create_abandoned_after_its_put_is_swept_or_finished_by_a_new_composer() {
     let cloud = SimCloud::new();
     let store = Arc::new(MemStore::default());
-    let hanging: Arc<dyn MachineProvisioner> = Arc::new(HangingCreate(sim(&cloud)));
+    let hanging: Arc<dyn MachineProvisioner> = Arc::new(hanging_creates(sim(&cloud)));
     let dying = composer(hanging, &cloud, Some(store.clone()));
     let s = spec("orphan-1");
     let abandoned = tokio::time::timeout(
@@ -341,7 +306,7 @@ async fn a_create_abandoned_after_its_put_is_swept_or_finished_by_a_new_composer
 
     // Abandoned again; this time the new process finishes the create instead.
     let dying = composer(
-        Arc::new(HangingCreate(sim(&cloud))),
+        Arc::new(hanging_creates(sim(&cloud))),
         &cloud,
         Some(store.clone()),
     );

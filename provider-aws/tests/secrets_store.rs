@@ -10,6 +10,7 @@ mod common;
 #[path = "../../bootstrap-cloudinit/tests/peers/mod.rs"]
 mod peers;
 
+use machine_core::decorators::{FaultConfig, FaultInjecting};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,9 +20,8 @@ use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer, WriteFile};
 use common::Moto;
 use machine_core::bootstrap_data::{BootstrapDataStore, ByReference};
 use machine_core::{
-    CancellationToken, Capabilities, Composer, ComposerSettings, Connector, Error, Labels, Machine,
-    MachineName, MachineProvisioner, MachineSpec, Phase, PowerOp, ProviderId, Result, SentinelFile,
-    Transport, UserData,
+    CancellationToken, Composer, ComposerSettings, Connector, Error, Machine, MachineName,
+    MachineProvisioner, MachineSpec, Phase, Result, SentinelFile, Transport,
 };
 use peers::root::{NetNs, Root};
 use provider_aws::{AwsConfig, AwsProvider, SecretsManagerSettings, SecretsManagerStore};
@@ -63,43 +63,8 @@ impl Connector for RootConnector {
 }
 
 /// A provider whose create never returns: a controller killed after its put.
-struct HangingCreate(Arc<AwsProvider>);
-
-impl std::fmt::Display for HangingCreate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-#[async_trait]
-impl MachineProvisioner for HangingCreate {
-    fn capabilities(&self) -> &Capabilities {
-        self.0.capabilities()
-    }
-    async fn create(&self, _: &MachineSpec, _: Option<&UserData>) -> Result<Machine> {
-        std::future::pending().await
-    }
-    async fn get(&self, id: &ProviderId) -> Result<Machine> {
-        self.0.get(id).await
-    }
-    async fn find(&self, name: &MachineName) -> Result<Option<Machine>> {
-        self.0.find(name).await
-    }
-    async fn list(&self, selector: &Labels) -> Result<Vec<Machine>> {
-        self.0.list(selector).await
-    }
-    async fn delete(&self, id: &ProviderId) -> Result<()> {
-        self.0.delete(id).await
-    }
-    async fn user_data(&self, id: &ProviderId) -> Result<Option<UserData>> {
-        self.0.user_data(id).await
-    }
-    async fn power(&self, id: &ProviderId, op: PowerOp) -> Result<()> {
-        self.0.power(id, op).await
-    }
-    async fn console_output(&self, id: &ProviderId) -> Result<Option<String>> {
-        self.0.console_output(id).await
-    }
+fn hanging_creates(provider: Arc<AwsProvider>) -> FaultInjecting<Arc<AwsProvider>> {
+    FaultInjecting::new(provider, FaultConfig::default().with_hang_creates(true)).unwrap()
 }
 
 /// 150 KB that do not compress: over EC2's 16 KiB, and three secrets' worth.
@@ -226,7 +191,7 @@ async fn secrets_left_by_a_controller_killed_before_run_instances_are_swept() {
         let provider = Arc::new(AwsProvider::new(config.clone()).await.unwrap());
         let watch = store(&config, &moto, inside).await;
         let dying = composer(
-            Arc::new(HangingCreate(provider)),
+            Arc::new(hanging_creates(provider)),
             Arc::default(),
             store(&config, &moto, inside).await,
         );

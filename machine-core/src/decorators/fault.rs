@@ -33,6 +33,10 @@ pub struct FaultConfig {
     /// lost: the caller sees a transient error. This is how a create can succeed
     /// without the caller knowing, the case idempotency by name exists for.
     pub lost_response_rate: f64,
+    /// Every `create` waits for ever without reaching the provider: what a controller
+    /// killed in the middle of a create leaves, for the caller's steps before it (a
+    /// document stored, a claim taken) to be tested against.
+    pub hang_creates: bool,
     /// Seed for the random draws, for repeatable runs; `None` seeds from the OS.
     pub seed: Option<u64>,
 }
@@ -47,6 +51,7 @@ impl Default for FaultConfig {
             throttle_rate: 0.0,
             retry_after: None,
             lost_response_rate: 0.0,
+            hang_creates: false,
             seed: None,
         }
     }
@@ -87,6 +92,12 @@ impl FaultConfig {
     /// Sets the share of calls whose answer is lost.
     pub fn with_lost_response_rate(mut self, lost_response_rate: f64) -> Self {
         self.lost_response_rate = lost_response_rate;
+        self
+    }
+
+    /// Sets whether every `create` waits for ever.
+    pub fn with_hang_creates(mut self, hang_creates: bool) -> Self {
+        self.hang_creates = hang_creates;
         self
     }
 
@@ -200,6 +211,9 @@ impl<P: MachineProvisioner> MachineProvisioner for FaultInjecting<P> {
     }
 
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
+        if self.config.hang_creates {
+            return std::future::pending().await;
+        }
         self.call("create", || self.inner.create(spec, user_data))
             .await
     }
