@@ -325,8 +325,9 @@ async fn assert_outcome(specs: &[Spec], root: &Root, machine: &Machine, check: &
             };
             assert!(msg.contains("scripts-user"), "{msg}");
             let part = if f.kind == Kind::Bootstrap {
-                // cloud-init says only "runcmd"; the composer's marker names the layer.
-                format!("runcmd of layer {} failed", f.name)
+                // cloud-init says only "runcmd"; the composer's markers name the layer
+                // and the command: the second of logged, failing, true.
+                format!("runcmd of layer {} failed at its command 2 of 3", f.name)
             } else {
                 f.name.clone()
             };

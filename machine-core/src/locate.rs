@@ -234,6 +234,35 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
+/// Where each item of the top-level sequence `key` of `document` begins (byte offsets),
+/// with the item's [`Spanned::referenced`] and [`Spanned::defined`] places the same (no
+/// alias); `None` when the document cannot be read, `key` is not a sequence, or it or
+/// an item comes from an alias.
+pub(crate) fn sequence_item_starts(document: &str, key: &str) -> Option<Vec<usize>> {
+    let root: Spanned<Node> =
+        crate::spec::from_yaml_within(document, |_| false, &crate::spec::DocumentLimits::DEFAULT)
+            .ok()?;
+    let Node::Map(entries) = &root.value else {
+        return None;
+    };
+    let (_, seq) = entries.iter().find(|(k, _)| k == key)?;
+    let Node::Seq(items) = &seq.value else {
+        return None;
+    };
+    if seq.referenced != seq.defined {
+        return None;
+    }
+    items
+        .iter()
+        .map(|item| {
+            (item.referenced == item.defined)
+                .then(|| item.referenced.span().byte_offset())
+                .flatten()
+                .and_then(|at| usize::try_from(at).ok())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,11 +19,13 @@
 
 mod admit;
 mod conflicts;
+mod runcmd;
 mod waiter;
 
 pub use admit::{USER_DATA_FIELD, admit};
 pub(crate) use conflicts::carried_host_keys;
-pub use conflicts::{RUNCMD_LAYER_PATH, STRICT_COMMANDS, check_conflicts, compose, runcmd_failure};
+pub use conflicts::{STRICT_COMMANDS, check_conflicts, compose};
+pub use runcmd::{RUNCMD_LAYER_PATH, runcmd_failure};
 pub use waiter::{CompletionWaiter, VERDICT_RESULT_PATH, WAITER_MARKER};
 
 use std::fmt;

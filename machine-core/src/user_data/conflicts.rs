@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{UserDataFormat, UserDataPart};
+use super::{UserDataFormat, UserDataPart, runcmd};
 use crate::error::{Error, Result};
 
 /// Checks the cloud-config parts of `layers` (each a layer name and its parts, in the
@@ -44,19 +44,27 @@ pub fn check_conflicts<'a>(
 /// reported as success. With it, the first failed command stops the list and cloud-init
 /// records the failure. Jinja parts are checked through their check views.
 ///
-/// Before each layer with `runcmd`, a small part adds one command that records the
-/// layer's name in [`RUNCMD_LAYER_PATH`]: cloud-init reports only that `runcmd`
-/// failed, and the completion waiter then names the layer whose commands were running.
+/// Before each `runcmd` command, a marker records its layer and index in
+/// [`super::RUNCMD_LAYER_PATH`]: cloud-init reports only that `runcmd` failed, and the
+/// completion check then names the layer and which of its commands failed. The markers
+/// are inserted into the layer's text before each item of its `runcmd` list, every other
+/// byte unchanged (and checked by reading the result back); where that cannot be done (a
+/// Jinja template, an alias, a block scalar or tagged item), one marker before the part
+/// names the layer only.
 pub fn compose<'a>(
     layers: impl IntoIterator<Item = (&'a str, &'a [UserDataPart])>,
 ) -> Result<Vec<UserDataPart>> {
     let layers: Vec<_> = layers.into_iter().collect();
     let merged = merge_all(layers.iter().copied())?;
     let mut strict = String::new();
-    for key in ["bootcmd", "runcmd"] {
-        if merged.doc.contains_key(key) {
-            strict.push_str(&format!("{key}:\n- set -e\n"));
-        }
+    if merged.doc.contains_key("bootcmd") {
+        strict.push_str("bootcmd:\n- set -e\n");
+    }
+    if merged.doc.contains_key("runcmd") {
+        strict.push_str(&format!(
+            "runcmd:\n- set -e\n- {}\n",
+            runcmd::make_marker_dir()
+        ));
     }
     let mut out = Vec::new();
     if !strict.is_empty() {
@@ -67,55 +75,37 @@ pub fn compose<'a>(
         ));
     }
     for (layer, parts) in layers {
-        if let Some((_, count)) = merged.commands.iter().find(|(l, _)| l == layer) {
-            out.push(runcmd_marker(layer, *count));
+        let count = merged
+            .commands
+            .iter()
+            .find(|(l, _)| l == layer)
+            .map_or(0, |(_, n)| *n);
+        let mut before = 0;
+        for part in parts {
+            let doc = match (&part.format, &part.check_view) {
+                (UserDataFormat::CloudConfig, _) => parse(layer, part, &part.content)?,
+                (UserDataFormat::Jinja2, Some(view)) => parse(layer, part, view)?,
+                _ => None,
+            };
+            let items = match doc.as_ref().and_then(|d| d.get("runcmd")) {
+                Some(Value::Array(items)) => items.len(),
+                _ => {
+                    out.push(part.clone());
+                    continue;
+                }
+            };
+            let doc = doc.unwrap_or_default();
+            match runcmd::mark_each_command(layer, part, &doc, before, count) {
+                Some(marked) => out.push(marked),
+                None => {
+                    out.push(runcmd::layer_marker(layer, count));
+                    out.push(part.clone());
+                }
+            }
+            before += items;
         }
-        out.extend(parts.iter().cloned());
     }
     Ok(out)
-}
-
-/// Where the `runcmd` marker of the layer whose commands run last records its name and
-/// command count (`<count> <layer>`), for the completion waiter's verdict.
-pub const RUNCMD_LAYER_PATH: &str = "/run/machine-core/runcmd-layer";
-
-/// The verdict line for a `runcmd` failure, from the marker file's content
-/// (`<count> <layer>`); the completion waiter writes the same line.
-pub fn runcmd_failure(mark: &str) -> Option<String> {
-    let (count, layer) = mark.trim().split_once(' ')?;
-    Some(format!(
-        "runcmd of layer {layer} failed (the first of its {count} commands to fail stopped the list)"
-    ))
-}
-
-/// The part that records, among the `runcmd` lines, that `layer`'s commands begin.
-fn runcmd_marker(layer: &str, count: usize) -> UserDataPart {
-    let dir = RUNCMD_LAYER_PATH
-        .rsplit_once('/')
-        .map_or("/run", |(d, _)| d);
-    let quoted = shlex::try_quote(layer).map_or_else(|_| "layer".into(), |q| q.into_owned());
-    let command =
-        format!("mkdir -p {dir} && printf '%s %s\\n' {count} {quoted} > {RUNCMD_LAYER_PATH}");
-    // A JSON string is a YAML scalar whatever the layer's name holds.
-    let item = serde_json::to_string(&command).unwrap_or_default();
-    UserDataPart::new(
-        UserDataFormat::CloudConfig,
-        format!("runcmd-of-{}.cloud-config.yaml", sanitize(layer)),
-        format!("#cloud-config\nruncmd:\n- {item}\n"),
-    )
-}
-
-/// A layer name as part of a file name: other characters than `[A-Za-z0-9._-]` as `_`.
-fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// The file name of the part [`compose`] puts first when commands are present.
@@ -656,10 +646,13 @@ mod tests {
             ("app", vec![cc("b", "runcmd: [false, true]\n")]),
         ];
         let parts = compose(layers.iter().map(|(n, p)| (*n, p.as_slice()))).unwrap();
-        // strict, base, app's runcmd marker, app
-        assert_eq!(parts.len(), 4);
+        // strict, base, app (its commands marked)
+        assert_eq!(parts.len(), 3);
         assert_eq!(parts[0].filename, STRICT_COMMANDS);
-        assert_eq!(parts[0].content, b"#cloud-config\nruncmd:\n- set -e\n");
+        assert_eq!(
+            parts[0].content,
+            b"#cloud-config\nruncmd:\n- set -e\n- mkdir -p /run/machine-core\n"
+        );
         let layers = [("base", vec![cc("a", "packages: [curl]\n")])];
         let parts = compose(layers.iter().map(|(n, p)| (*n, p.as_slice()))).unwrap();
         assert_eq!(parts.len(), 1);
@@ -771,11 +764,17 @@ mod tests {
     }
 
     #[test]
-    fn each_layers_commands_are_preceded_by_a_marker_naming_it() {
+    fn each_command_is_preceded_by_a_marker_and_templates_by_one_naming_the_layer() {
+        let template = UserDataPart::new(
+            UserDataFormat::Jinja2,
+            "t",
+            "## template: jinja\n#cloud-config\nruncmd: [\"echo {{ v1.instance_id }}\"]\n",
+        )
+        .with_check_view("#cloud-config\nruncmd: [echo i-1]\n");
         let layers = [
             ("base", vec![cc("a", "runcmd: [a, b]\n")]),
             ("quiet", vec![cc("q", "packages: [x]\n")]),
-            ("app's", vec![cc("b", "runcmd: [c]\n")]),
+            ("app's", vec![cc("b", "runcmd: [c]\n"), template]),
         ];
         let parts = compose(layers.iter().map(|(n, p)| (*n, p.as_slice()))).unwrap();
         let names: Vec<_> = parts.iter().map(|p| p.filename.as_str()).collect();
@@ -783,28 +782,37 @@ mod tests {
             names,
             [
                 STRICT_COMMANDS,
-                "runcmd-of-base.cloud-config.yaml",
                 "a",
                 "q",
+                "b",
                 "runcmd-of-app_s.cloud-config.yaml",
-                "b"
+                "t"
             ]
         );
-        let marker = String::from_utf8(parts[4].content.clone()).unwrap();
-        let doc: serde_json::Value = serde_saphyr::from_str(&marker).unwrap();
-        let cmd = doc["runcmd"][0].as_str().unwrap();
-        // Run it as cloud-init would, into a scratch path.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m");
-        let cmd = cmd
-            .replace(RUNCMD_LAYER_PATH, path.to_str().unwrap())
-            .replace("mkdir -p /run/machine-core", "true");
-        let out = std::process::Command::new("sh")
-            .args(["-c", &cmd])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "1 app's\n");
+        let commands = |i: usize| -> Vec<String> {
+            let text = String::from_utf8(parts[i].content.clone()).unwrap();
+            let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+            doc["runcmd"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let mark = |m: &str| {
+            format!(
+                "printf '%s %s %s\\n' {m} > {}",
+                super::super::RUNCMD_LAYER_PATH
+            )
+        };
+        assert_eq!(commands(0), ["set -e", "mkdir -p /run/machine-core"]);
+        assert_eq!(
+            commands(1),
+            [mark("1 2 base"), "a".into(), mark("2 2 base"), "b".into()]
+        );
+        // The template's commands are the second of the layer: its marker has index 0.
+        assert_eq!(commands(3), [mark("1 2 \"app's\""), "c".into()]);
+        assert_eq!(commands(4), [mark("0 2 \"app's\"")]);
     }
 
     #[test]

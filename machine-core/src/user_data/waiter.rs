@@ -163,12 +163,18 @@ try:
         errors = [str(e) for e in json.load(f)["v1"]["errors"]]
 except Exception as e:
     errors = ["cannot read " + cfg["result"] + ": " + repr(e)]
-# cloud-init says only that runcmd failed; the composer marks whose commands ran.
+# cloud-init says only that runcmd failed; the composer marks whose command ran:
+# "<index> <count> <layer>", index 0 when only the layer is known.
 mark = read(cfg.get("runcmd_layer", ""))
 if mark and any("runcmd" in e for e in errors):
-    count, _, layer = mark.partition(" ")
-    errors.append("runcmd of layer " + layer + " failed (the first of its " + count
-                  + " commands to fail stopped the list)")
+    index, _, rest = mark.partition(" ")
+    count, _, layer = rest.partition(" ")
+    if index != "0":
+        errors.append("runcmd of layer " + layer + " failed at its command " + index
+                      + " of " + count + " (the first command to fail stops the list)")
+    else:
+        errors.append("runcmd of layer " + layer + " failed (the first of its " + count
+                      + " commands to fail stopped the list)")
 report = cfg["report"]
 
 def write(path, text):
