@@ -26,10 +26,12 @@ use std::time::{Duration, Instant};
 use bootstrap_store::{HttpsStore, HttpsStoreConfig, Network};
 use machine_core::bootstrap_data::{BootstrapDataStore, Location};
 use machine_core::{ExposeSecret, MachineName};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::ServerName;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[path = "../tests/support/pinned.rs"]
+mod pinned;
 
 type Res<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -95,46 +97,6 @@ fn document(i: usize) -> String {
     d
 }
 
-/// A verifier that accepts exactly one certificate, as the stub does.
-#[derive(Debug)]
-struct Pinned(Vec<u8>, Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if end_entity.as_ref() == self.0.as_slice() {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General("not the pinned certificate".into()))
-        }
-    }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(m, c, d, &self.1.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(m, c, d, &self.1.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.1.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// The fetcher, run as a child: reads the server's address and certificate (hex), then
 /// one `client-ip path length` line per document from stdin, fetches each once and
 /// prints `ok bytes wall-seconds suite group`.
@@ -156,13 +118,7 @@ async fn fetch_main(concurrency: usize) -> Res<()> {
         .collect::<Res<_>>()?;
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     provider.kx_groups = vec![rustls::crypto::aws_lc_rs::kx_group::X25519];
-    let provider = Arc::new(provider);
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned(pin, provider)))
-        .with_no_client_auth();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tls = pinned::pinned_connector(pin, provider)?;
     let jobs = Arc::new(std::sync::Mutex::new(jobs));
     let start = Instant::now();
     let mut workers = Vec::new();
