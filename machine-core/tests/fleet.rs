@@ -707,3 +707,50 @@ async fn a_new_process_does_not_take_running_machines_older_than_the_startup_tim
         assert_eq!(done.status.unhealthy, 0);
     }
 }
+
+#[tokio::test]
+async fn a_name_another_machine_has_is_passed_over_and_that_machine_left_alone() {
+    let f = Fleet::new();
+    let named =
+        |name: &str| MachineSpec::new(MachineName::new(name).unwrap()).with_image("debian-12");
+    // A standalone machine named as the set's first member would be.
+    let standalone = f.composer("b1", "a1");
+    let cancel = machine_core::CancellationToken::new();
+    let lone = standalone
+        .provision(&named("web-0-0"), &cancel)
+        .await
+        .unwrap()
+        .machine;
+
+    let mut r = FleetReconciler::new(f.composer("b1", "a1"), set(2)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    let names: BTreeSet<String> = f
+        .machines()
+        .await
+        .iter()
+        .map(|m| m.name.to_string())
+        .collect();
+    assert_eq!(names, BTreeSet::from(["web-0-1".into(), "web-1-0".into()]));
+    let still = f.provider.get(&lone.provider_id).await.unwrap();
+    assert!(
+        !still.phase.is_deleting(),
+        "the standalone machine is left alone"
+    );
+    assert_eq!(still.labels.get(SET_LABEL), None);
+
+    // A standalone spec named as a member is refused, naming the set; nothing changes.
+    let e = standalone
+        .provision(&named("web-1-0"), &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    assert_eq!(e.field(), Some("name"), "{e}");
+    assert!(e.to_string().contains("belongs to set web"), "{e}");
+
+    // Scaling the set to nothing leaves the standalone machine.
+    r.update(f.composer("b1", "a1"), set(0)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    let still = f.provider.get(&lone.provider_id).await.unwrap();
+    assert!(!still.phase.is_deleting());
+    assert!(f.machines().await.iter().all(|m| m.phase.is_deleting()));
+}

@@ -140,6 +140,11 @@ impl World {
 /// decoupled (each writes /etc/<name>), `base` coupled; a completion check when both
 /// kinds meet. Polls every 10 ms, so that a fleet's requeue is quick.
 fn registry(sim: Arc<SimProvider>, cloud: &SimCloud) -> Registry {
+    registry_polling(sim, cloud, Duration::from_millis(10))
+}
+
+/// [`registry`] with composers polling every `poll`.
+fn registry_polling(sim: Arc<SimProvider>, cloud: &SimCloud, poll: Duration) -> Registry {
     let connector = Arc::new(SimConnector::new(cloud.clone()));
     Registry::new(move |provider, layers| {
         let sim: Arc<dyn MachineProvisioner> = sim.clone();
@@ -178,7 +183,7 @@ fn registry(sim: Arc<SimProvider>, cloud: &SimCloud) -> Registry {
             builder = builder.completion(Arc::new(SentinelFile::default()));
         }
         builder
-            .settings(ComposerSettings::default().with_poll_interval(Duration::from_millis(10)))
+            .settings(ComposerSettings::default().with_poll_interval(poll))
             .build()
     })
 }
@@ -336,9 +341,21 @@ async fn a_set_goes_ready_with_its_machines_shown_as_machine_objects_it_owns() {
     assert_eq!(w.api.set_writes.load(Ordering::SeqCst), set_writes);
     assert_eq!(w.api.writes.load(Ordering::SeqCst), writes);
     // A reconcile right after a step (a watch event of its own write) calls nothing and
-    // comes back at the fleet's pace.
+    // comes back at the fleet's pace. Seen by a controller (a new process) polling every
+    // hour, so that "right after" holds on a machine however slow or busy.
+    let hourly = Arc::new(
+        Context::new(
+            w.client.clone(),
+            registry_polling(w.sim.clone(), &w.cloud, Duration::from_secs(3600)),
+        )
+        .with_resync(Duration::from_secs(60)),
+    );
+    let obj = || -> Arc<MachineSetObject> {
+        Arc::new(serde_json::from_value(w.api.set(NS, "web").unwrap()).unwrap())
+    };
+    reconcile_set(obj(), hourly.clone()).await.unwrap();
     let calls = w.cloud.api_calls();
-    let action = w.step("web").await.unwrap();
+    let action = reconcile_set(obj(), hourly).await.unwrap();
     assert!(
         action != Action::requeue(Duration::from_secs(60)) && action != Action::await_change(),
         "{action:?}"

@@ -164,7 +164,10 @@ impl Composer {
                 Err(e) if e.kind() == ErrorKind::NotFound => None,
                 Err(e) => return Err(e),
             },
-            None => self.provider.find(&spec.name).await?,
+            None => match self.provider.find(&spec.name).await? {
+                Some(m) => Some(same_set(spec, m)?),
+                None => None,
+            },
         };
         let (mut m, created_now) = match observed {
             Some(m) => (m, false),
@@ -475,4 +478,30 @@ impl Composer {
             Err(e)
         }
     }
+}
+
+/// `m`, found by `spec`'s name, if it belongs to the same set as `spec` (or, like it, to
+/// none). Otherwise it is not this spec's machine: adopting it would let a fleet take a
+/// standalone machine (and delete it when it scales down), or a standalone spec a
+/// fleet's member. The error is a conflict on the field `name`, which a fleet reads as
+/// "this name is taken" and moves on to its slot's next generation.
+fn same_set(spec: &MachineSpec, m: Machine) -> Result<Machine> {
+    let ours = spec.labels.get(crate::fleet::SET_LABEL);
+    let theirs = m.labels.get(crate::fleet::SET_LABEL);
+    if ours == theirs {
+        return Ok(m);
+    }
+    let whose =
+        |set: Option<&String>| set.map_or_else(|| "no set".to_owned(), |s| format!("set {s}"));
+    Err(Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "a machine named {} ({}) already exists and belongs to {}, not to {} as this spec does: it is another's machine, so it is neither adopted nor changed; give this one another name",
+            spec.name,
+            m.provider_id,
+            whose(theirs),
+            whose(ours)
+        ),
+    )
+    .with_field("name"))
 }

@@ -1,7 +1,7 @@
 //! The fleet reconciler: one pass from what the provider lists toward the set's desired
 //! state, with bounded work per pass.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -105,6 +105,10 @@ struct Memo {
     /// The template revision a rollout paused at, and why.
     paused: Option<(String, String)>,
     last_remediation: Option<Instant>,
+    /// Member names another's machine already has (a standalone one, or one of another
+    /// set): the slot takes its next generation instead. A new process finds each again
+    /// with one refused step.
+    taken: HashSet<MachineName>,
 }
 
 /// One machine as the reconciler last saw it.
@@ -507,6 +511,15 @@ impl FleetReconciler {
                 slots.entry(mb.slot).or_default().push(i);
             }
         }
+        // A slot's next generation: after its newest, past names another's machine has.
+        let taken = self.lock().taken.clone();
+        let next_generation = |slot: u32| {
+            let mut g = max_generation.get(&slot).map_or(0, |g| g + 1);
+            while taken.contains(&names::machine_name(&set.name, slot, g)) {
+                g += 1;
+            }
+            g
+        };
         let current_of = |ids: &Vec<usize>| {
             ids.iter()
                 .copied()
@@ -666,7 +679,7 @@ impl FleetReconciler {
                 .collect();
             for slot in outdated {
                 let i = current_of(&slots[&slot]);
-                let next = max_generation[&slot] + 1;
+                let next = next_generation(slot);
                 let name = names::machine_name(&set.name, slot, next);
                 if !members[i].available() && !members[i].unseen_running {
                     // Not serving: replacing it costs no availability. (One this
@@ -709,7 +722,7 @@ impl FleetReconciler {
         while needed > 0 {
             let taken = occupied.contains(&slot) || creates.iter().any(|(s, _, _)| *s == slot);
             if !taken {
-                let next = max_generation.get(&slot).map_or(0, |g| g + 1);
+                let next = next_generation(slot);
                 creates.push((slot, next, format!("scale up to {replicas}")));
                 plan.changes.push(PlannedChange {
                     kind: ChangeKind::Create,
@@ -1134,6 +1147,11 @@ impl FleetReconciler {
                         None
                     }
                     Ok(None) => None,
+                    Err(e) if e.kind() == ErrorKind::Conflict && e.field() == Some("name") => {
+                        // Another's machine has the name: the next step takes the next one.
+                        memo.taken.insert(name.clone());
+                        Some(format!("{name}: {e}"))
+                    }
                     Err(e) => {
                         let line = format!("{name}: {e}");
                         if !e.is_retryable()
