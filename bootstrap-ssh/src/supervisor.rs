@@ -31,7 +31,7 @@ fn strip(script: &str) -> String {
         .collect()
 }
 
-static AGENT: LazyLock<String> = LazyLock::new(|| strip(include_str!("agent.sh")));
+pub(crate) static AGENT: LazyLock<String> = LazyLock::new(|| strip(include_str!("agent.sh")));
 static KILL: LazyLock<String> = LazyLock::new(|| strip(include_str!("kill.sh")));
 
 /// Room for the status line at the end of stderr.

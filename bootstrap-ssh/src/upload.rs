@@ -231,6 +231,56 @@ mod tests {
         assert_eq!(e.field(), Some("path"));
     }
 
+    /// Runs the supervisor on this machine with `input` as its stdin; its stderr.
+    fn supervise(input: &[u8]) -> String {
+        use std::io::Write;
+        let run = tempfile::tempdir().unwrap();
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", &crate::supervisor::AGENT, "bssh"])
+            .arg(run.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        sh.stdin.take().unwrap().write_all(input).unwrap();
+        let out = sh.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    #[test]
+    fn a_content_cut_short_by_the_end_of_input_never_replaces_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("f");
+        for mode in [0o644, 0o755] {
+            std::fs::write(&target, "old\n").unwrap();
+            let file = FileUpload::new(target.to_str().unwrap(), "0123456789").mode(mode);
+            let (args, assignments) = put_request(&file, "root", "t0").unwrap();
+            let head =
+                crate::supervisor::request(&format!("put bssh-t {args}"), &borrowed(&assignments))
+                    .unwrap();
+            // Half the content, then the end of input; all of it without the token the
+            // client sends when asked; all of it and the token.
+            for (tail, status, landed) in [
+                (&b"01234"[..], 97, "old\n"),
+                (b"0123456789", 97, "old\n"),
+                (b"0123456789bssh-t\n", 0, "0123456789"),
+            ] {
+                let stderr = supervise(&[&head[..], tail].concat());
+                assert!(
+                    stderr.contains(&format!("\nbssh-t exit {status}\n")),
+                    "{mode:o} {tail:?}: {stderr}"
+                );
+                assert_eq!(std::fs::read_to_string(&target).unwrap(), landed);
+                let names: Vec<_> = std::fs::read_dir(dir.path())
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect();
+                assert_eq!(names, ["f"], "nothing left beside it");
+            }
+        }
+    }
+
     #[test]
     fn the_request_quotes_the_path() {
         let path = "/tmp/it's $(here) `x`\nnext line";
