@@ -14,7 +14,9 @@
 //! processes, the shells and every program they ran), read from /proc once all of
 //! them have been reaped.
 //!
-//! `--no-ansible` leaves Ansible out (it takes minutes at 500 hosts).
+//! `--no-ansible` leaves Ansible out (it takes minutes at 500 hosts). `--upload-only`
+//! does the upload alone on every target (OpenSSH's floor is then `cat > F` alone):
+//! what one upload costs the server, apart from the commands.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -161,6 +163,7 @@ async fn bench_ours(
     key: &Path,
     targets: &[Target],
     payload: &[u8],
+    commands: &'static [&'static str],
 ) -> anyhow::Result<()> {
     let config = Arc::new(
         SshConfig::new(vec![Auth::key_file(key, None)?])
@@ -176,7 +179,7 @@ async fn bench_ours(
         tasks.push(tokio::spawn(async move {
             let c = SshClient::connect(&config, &target, &pins).await?;
             c.upload(&FileUpload::new(dest.clone(), payload)).await?;
-            for cmd in COMMANDS {
+            for cmd in commands {
                 let cmd = cmd.replace("{dest}", &dest);
                 c.exec(&ExecRequest::new(cmd.clone())).await?.check(&cmd)?;
             }
@@ -196,18 +199,15 @@ fn bench_openssh(
     kh: &Path,
     targets: &[Target],
     payload_path: &Path,
+    commands: &[&str],
 ) -> anyhow::Result<()> {
     let mut children = Vec::new();
     for (i, t) in targets.iter().enumerate() {
         let dest = dest(dir, "openssh", i);
-        let script = format!(
-            "cat > {dest} && {}",
-            COMMANDS
-                .iter()
-                .map(|c| c.replace("{dest}", &dest))
-                .collect::<Vec<_>>()
-                .join(" && ")
-        );
+        let script = std::iter::once(format!("cat > {dest}"))
+            .chain(commands.iter().map(|c| c.replace("{dest}", &dest)))
+            .collect::<Vec<_>>()
+            .join(" && ");
         let child = Command::new("ssh")
             .args([
                 "-F",
@@ -308,12 +308,28 @@ fn main() -> anyhow::Result<()> {
     let mut hosts = 50;
     let mut rounds = 3;
     let mut with_ansible = true;
+    let mut commands: &'static [&'static str] = &COMMANDS;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--hosts" => hosts = args.next().context("--hosts N")?.parse()?,
             "--rounds" => rounds = args.next().context("--rounds N")?.parse()?,
             "--no-ansible" => with_ansible = false,
+            "--upload-only" => {
+                commands = &[];
+                with_ansible = false;
+            }
+            "--help" | "-h" => {
+                println!(
+                    "bench_ssh [--hosts N] [--rounds R] [--no-ansible] [--upload-only]\n\
+                     N sshd targets on loopback (default 50); on each, upload 64 KiB and run 3 commands,\n\
+                     with bootstrap-ssh and with one OpenSSH pipe per target (the floor: `cat > F && ...`),\n\
+                     R rounds (default 3, the median by wall reported), Ansible once unless --no-ansible.\n\
+                     --upload-only: the upload alone (the floor `cat > F` alone), Ansible left out.\n\
+                     Server CPU: every sshd listener's own and reaped children's CPU."
+                );
+                return Ok(());
+            }
             other => bail!("unknown argument {other}"),
         }
     }
@@ -375,10 +391,10 @@ fn main() -> anyhow::Result<()> {
     let (mut ours, mut openssh, mut ansible_runs) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         ours.push(measure(false, &mut || {
-            rt.block_on(bench_ours(dir, &key, &targets, &payload))
+            rt.block_on(bench_ours(dir, &key, &targets, &payload, commands))
         })?);
         openssh.push(measure(true, &mut || {
-            bench_openssh(dir, &key, &kh, &targets, &payload_path)
+            bench_openssh(dir, &key, &kh, &targets, &payload_path, commands)
         })?);
         // Ansible takes tens of seconds a run: once is enough to compare against.
         if round == 0 && with_ansible {
@@ -426,7 +442,8 @@ fn main() -> anyhow::Result<()> {
         )
     };
     println!(
-        "bootstrap-ssh benchmark: {hosts} sshd targets on loopback, upload 64 KiB + 3 commands each, kex curve25519-sha256"
+        "bootstrap-ssh benchmark: {hosts} sshd targets on loopback, upload 64 KiB + {} commands each, kex curve25519-sha256",
+        commands.len()
     );
     println!(
         "peers: {} | {} | russh 0.65",

@@ -193,29 +193,43 @@ put() {
     [ "${s%% *}" != Z ]
   }
   for x in ."$b".bssh-*; do
-    [ -d "$x" ] && [ ! -L "$x" ] && [ -O "$x" ] || continue
+    { [ -d "$x" ] || [ -f "$x" ]; } && [ ! -L "$x" ] && [ -O "$x" ] || continue
     o=${x#."$b".bssh-}; o=${o%%.*}
     up "$o" || rm -rf -- "$x" 2>/dev/null || true
   done
-  umask 077
   t=".$b.bssh-$$.$tok"
-  mkdir -m 700 -- "$t" || fail "cannot make the private upload directory $D/$t"
+  if [ -e "$t" ] || [ -L "$t" ]; then fail "the upload's temporary name $D/$t is taken"; fi
   g=
-  trap 'cd / && { [ -z "$g" ] || rm -f -- "$D/$t/$g"; rmdir -- "$D/$t" 2>/dev/null || true; }' EXIT
-  trap 'exit 1' HUP INT TERM PIPE
-  cd -P -- "$t"
-  [ "$PWD" = "${D%/}/$t" ] && [ -O . ] || fail "the private upload directory $D/$t was replaced by another user"
-  g=data
+  if [ -z "$own$mo" ]; then
+    # Nothing is done by name between the write and the rename: the temporary file
+    # sits beside the target (made new by noclobber, its name holding the client's
+    # random token: nobody can plant anything there first), written through the
+    # descriptor the shell opened, then renamed (a rename never follows a link).
+    trap '[ -z "$g" ] || rm -f -- "$g"' EXIT
+    trap 'exit 1' HUP INT TERM PIPE
+    g=$t f=$b
+  else
+    # chown and chmod go by name: the file is made in a private directory first.
+    umask 077
+    mkdir -m 700 -- "$t" || fail "cannot make the private upload directory $D/$t"
+    trap 'cd / && { [ -z "$g" ] || rm -f -- "$D/$t/$g"; rmdir -- "$D/$t" 2>/dev/null || true; }' EXIT
+    trap 'exit 1' HUP INT TERM PIPE
+    cd -P -- "$t"
+    [ "$PWD" = "${D%/}/$t" ] && [ -O . ] || fail "the private upload directory $D/$t was replaced by another user"
+    g=data f=../$b
+  fi
   umask "$um"
   set -C
-  head -c "$n" > data
+  head -c "$n" > "$g" || fail "cannot write $D/$t"
   set +C
-  s=$(sha256sum < data)
-  s=${s%% *}
-  if [ "$s" != "$sha" ]; then echo "checksum mismatch: the machine has $s, $sha was sent" >&2; exit 97; fi
-  [ -z "$own" ] || chown -- "$own" data
-  [ -z "$mo" ] || chmod "$mo" data
-  mv -fT -- data "../$b"
+  # head stops early only at the end of input (the channel closed): the line that
+  # follows the content, asked for now, proves it all came.
+  printf '\n%s more\n' "$T"
+  IFS= read -r z || z=
+  if [ "$z" != "$T" ]; then echo "the content did not arrive whole: its input ended early" >&2; exit 97; fi
+  [ -z "$own" ] || chown -- "$own" "$g"
+  [ -z "$mo" ] || chmod "$mo" "$g"
+  mv -fT -- "$g" "$f"
   g=
 }
 # get: the file $p, unless it holds more than $max bytes.

@@ -2,7 +2,7 @@
 //!
 //! The decoupled path of machine-core: software applied over SSH to machines that are
 //! already running. [`SshClient`] implements machine-core's [`machine_core::Transport`]
-//! (exec with bounded output, atomic checksummed uploads, file reads) and
+//! (exec with bounded output, atomic uploads, file reads) and
 //! [`SshConnector`] its [`machine_core::Connector`], so every decoupled layer runs over
 //! SSH unchanged; [`LayerRunner`] applies layers to fleets through machine-core's
 //! [`machine_core::Bootstrapper`], the composer's own software steps.

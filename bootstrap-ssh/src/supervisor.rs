@@ -31,7 +31,7 @@ fn strip(script: &str) -> String {
         .collect()
 }
 
-static AGENT: LazyLock<String> = LazyLock::new(|| strip(include_str!("agent.sh")));
+pub(crate) static AGENT: LazyLock<String> = LazyLock::new(|| strip(include_str!("agent.sh")));
 static KILL: LazyLock<String> = LazyLock::new(|| strip(include_str!("kill.sh")));
 
 /// Room for the status line at the end of stderr.
@@ -332,7 +332,9 @@ enum NoAnswer {
 
 /// Reads the answer to the request marked `token`, keeping the last `room` bytes of
 /// each stream; `feed` is written meanwhile (an upload's content: the supervisor may
-/// answer before it has read it all).
+/// answer before it has read it all). When the supervisor asks for more (a line
+/// `<token> more` on stdout, once it has read the whole content), the token goes back
+/// as one line: it proves the content was not cut short by the end of its input.
 async fn answer(
     agent: &mut Agent,
     token: &str,
@@ -340,12 +342,14 @@ async fn answer(
     feed: Option<&[u8]>,
 ) -> std::result::Result<Answer, NoAnswer> {
     let Agent { reader, writer, .. } = agent;
+    let writer: &ChannelWriteHalf<Msg> = writer;
     let collect = async {
         let mut out = Tail::new(room.saturating_add(TRAILER_ROOM));
         let mut err = Tail::new(room.saturating_add(TRAILER_ROOM));
         let mut window = Tail::new(TRAILER_ROOM);
         let mut out_window = Tail::new(TRAILER_ROOM);
         let out_mark = format!("\n{token} out\n");
+        let more_mark = format!("\n{token} more\n");
         let (mut out_done, mut err_done) = (false, false);
         let mut exit = None;
         let mut ended = false;
@@ -355,6 +359,14 @@ async fn answer(
                     out.push(&data);
                     out_window.push(&data);
                     out_done = out_window.ends_with(out_mark.as_bytes());
+                    if feed.is_some() && out_window.ends_with(more_mark.as_bytes()) {
+                        // It has read all the content, so all of it went out before
+                        // this line does.
+                        let proof = format!("{token}\n");
+                        if writer.data(proof.as_bytes()).await.is_err() {
+                            return Err(NoAnswer::Lost);
+                        }
+                    }
                 }
                 ChannelMsg::ExtendedData { data, ext: 1 } => {
                     err.push(&data);
@@ -387,6 +399,13 @@ async fn answer(
         err.truncate(err.len().saturating_sub(len));
         if out.ends_with(out_mark.as_bytes()) {
             out.truncate(out.len() - out_mark.len());
+        }
+        if feed.is_some()
+            && let Some(at) = out
+                .windows(more_mark.len())
+                .position(|w| w == more_mark.as_bytes())
+        {
+            out.drain(at..at + more_mark.len());
         }
         Ok(Answer { out, err, end })
     };

@@ -1,21 +1,25 @@
 //! Files through the connection's supervisor (`put` and `get` of `agent.sh`): an upload
-//! streams the content into a file in a private temporary directory beside the target,
-//! checks its SHA-256 there, sets owner and mode, then renames it over the target: a
-//! reader never sees half a file, a corrupted one never replaces a good one, and links
-//! planted by other users of the directory are never written through (see
-//! [`put_request`]).
+//! streams the content into a temporary file beside the target, proves it arrived
+//! whole, sets owner and mode, then renames it over the target: a reader never sees
+//! half a file, a cut one never replaces a good one, and links planted by other users
+//! of the directory are never written through (see [`put_request`]).
 //!
 //! Why not SFTP: one request on a supervisor the connection already has instead of an
 //! SFTP session, and it goes through `sudo` like every command, which an SFTP server
 //! running as the login user cannot do for root-owned paths.
+//!
+//! Why on the supervisor, although an upload needs none of its reattach records (it is
+//! idempotent and atomic: after a cut the file is either the old one or the new one,
+//! and the caller uploads again): the supervisor's channel, session and shells are
+//! already paid for the connection's commands, so a `put` costs one subshell there,
+//! where a channel of its own would cost a session, the login shell and `sh` again.
 
 use machine_core::{Error, FileUpload, Result};
-use sha2::{Digest, Sha256};
 
 use crate::client::SshClient;
 
-/// Exit status of an upload when the checksum on the machine differs.
-const CHECKSUM_MISMATCH: i32 = 97;
+/// Exit status of an upload whose content did not arrive whole (its input ended).
+const CUT_SHORT: i32 = 97;
 /// Exit status of a read when the file does not exist.
 const NOT_FOUND: i32 = 96;
 /// Exit status of a read when the file is larger than the bound.
@@ -42,20 +46,32 @@ fn check_path(path: &str) -> Result<()> {
 /// upload elsewhere (`<dir>/app -> /etc`).
 ///
 /// Safe against other users of the target directory too (a sticky /tmp, or a directory
-/// they own): the content goes into a private directory (`mkdir -m 700` of a name
-/// holding a random token: made new or not at all, and nobody else can plant
-/// anything inside), entered by `cd` and checked to be ours and to sit in the target
-/// directory; owner and mode are set there (a mode without execute or special bits is
-/// the creation mode, through the umask, so no `chmod`), and the file is renamed over
-/// the final name (`mv -T`: a symlink there is replaced, never written through).
-/// Private directories left by uploads whose supervisor died (a dropped connection)
-/// are removed by the next upload of the same file; a zombie counts as dead.
-/// Programs: mkdir, head, sha256sum, mv, rmdir (chmod, chown when needed; ls for a link
-/// on the way): coreutils or busybox.
+/// they own). The content goes into a temporary file whose name holds a random token
+/// from the client (`.<name>.bssh-<pid>.<token>`: nobody can know it before it
+/// exists), made new by the shell's noclobber (`O_EXCL`, so a link planted there is
+/// never opened; the name is checked to be free first, since a shell opens an existing
+/// non-regular file without `O_EXCL`) and written through the descriptor the shell
+/// opened. When the upload sets an owner or a mode with execute or special bits,
+/// `chown` and `chmod` work by name, so the file is made in a private directory
+/// instead (`mkdir -m 700` of the same name: made new or not at all, and nobody else
+/// can plant anything inside), entered by `cd` and checked to be ours and to sit in
+/// the target directory. Otherwise the mode is the creation mode, through the umask,
+/// and nothing is done by name between the write and the rename. The file is renamed
+/// over the final name (`mv -T`: a link there is replaced, never written through; a
+/// rename of a link another user swapped in moves that link, never its target).
+///
+/// The content is proved whole without reading it back: SSH's MAC guarantees the bytes
+/// arrive as sent and in order, `head -c` stops early only at the end of its input
+/// (the channel closed), and the supervisor then asks for one more line, which the
+/// client sends only then: the request's token, which it can read only if the input
+/// did not end (a checksum would cost a `sha256sum` process per upload).
+/// Temporary files and directories left by uploads whose supervisor died (a dropped
+/// connection) are removed by the next upload of the same file; a zombie counts as
+/// dead. Programs: head, mv (mkdir, rmdir, chown, chmod when an owner or an executable
+/// mode is set; ls for a link on the way): coreutils or busybox.
 #[allow(clippy::type_complexity)]
 fn put_request(
     file: &FileUpload,
-    sha256: &str,
     me: &str,
     token: &str,
 ) -> Result<(String, Vec<(&'static str, String)>)> {
@@ -99,7 +115,6 @@ fn put_request(
             ("b", base.to_owned()),
             ("me_", me.to_owned()),
             ("tok", token.to_owned()),
-            ("sha", sha256.to_owned()),
             ("own", owner),
             ("mo", chmod),
         ],
@@ -112,22 +127,16 @@ fn borrowed<'a>(assignments: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a 
 }
 
 pub(crate) async fn upload(client: &SshClient, file: &FileUpload) -> Result<()> {
-    let sha256 = hex(&Sha256::digest(&file.content));
     let me = if client.sudo_always() || client.target().user == "root" {
         "root"
     } else {
         client.target().user.as_str()
     };
-    let token = hex(&Sha256::digest(
-        format!(
-            "{sha256}{:?}{}",
-            std::time::SystemTime::now(),
-            std::process::id()
-        )
-        .as_bytes(),
-    ))[..16]
-        .to_owned();
-    let (args, assignments) = put_request(file, &sha256, me, &token)?;
+    // Random per call (the supervisor's tokens are seeded from the OS): the temporary
+    // file's name cannot be known before it exists.
+    let token = crate::supervisor::token(&file.path);
+    let token = token.trim_start_matches("bssh-");
+    let (args, assignments) = put_request(file, me, token)?;
     let what = format!("upload {}", file.path);
     let reply = client
         .transfer(
@@ -140,10 +149,10 @@ pub(crate) async fn upload(client: &SshClient, file: &FileUpload) -> Result<()> 
         .await?;
     match reply.status {
         0 => {
-            tracing::debug!(target = %client.target(), path = %file.path, bytes = file.content.len(), %sha256, "uploaded");
+            tracing::debug!(target = %client.target(), path = %file.path, bytes = file.content.len(), "uploaded");
             Ok(())
         }
-        CHECKSUM_MISMATCH => Err(Error::transient(format!(
+        CUT_SHORT => Err(Error::transient(format!(
             "upload of {} to {}: {}",
             file.path,
             client.target(),
@@ -207,36 +216,76 @@ mod tests {
 
     #[test]
     fn bad_uploads_name_the_field() {
-        let e = put_request(&FileUpload::new("etc/x", "a"), "00", "root", "t").unwrap_err();
+        let e = put_request(&FileUpload::new("etc/x", "a"), "root", "t").unwrap_err();
         assert_eq!(e.field(), Some("path"));
-        let e = put_request(
-            &FileUpload::new("/etc/x", "a").mode(0o17777),
-            "00",
-            "root",
-            "t",
-        )
-        .unwrap_err();
+        let e =
+            put_request(&FileUpload::new("/etc/x", "a").mode(0o17777), "root", "t").unwrap_err();
         assert_eq!(e.field(), Some("mode"));
         let mut f = FileUpload::new("/etc/x", "a");
         f.owner = Some("-R root".into());
         assert_eq!(
-            put_request(&f, "00", "root", "t").unwrap_err().field(),
+            put_request(&f, "root", "t").unwrap_err().field(),
             Some("owner")
         );
-        let e = put_request(&FileUpload::new("/a/../x", "a"), "00", "root", "t").unwrap_err();
+        let e = put_request(&FileUpload::new("/a/../x", "a"), "root", "t").unwrap_err();
         assert_eq!(e.field(), Some("path"));
+    }
+
+    /// Runs the supervisor on this machine with `input` as its stdin; its stderr.
+    fn supervise(input: &[u8]) -> String {
+        use std::io::Write;
+        let run = tempfile::tempdir().unwrap();
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", &crate::supervisor::AGENT, "bssh"])
+            .arg(run.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        sh.stdin.take().unwrap().write_all(input).unwrap();
+        let out = sh.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    #[test]
+    fn a_content_cut_short_by_the_end_of_input_never_replaces_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("f");
+        for mode in [0o644, 0o755] {
+            std::fs::write(&target, "old\n").unwrap();
+            let file = FileUpload::new(target.to_str().unwrap(), "0123456789").mode(mode);
+            let (args, assignments) = put_request(&file, "root", "t0").unwrap();
+            let head =
+                crate::supervisor::request(&format!("put bssh-t {args}"), &borrowed(&assignments))
+                    .unwrap();
+            // Half the content, then the end of input; all of it without the token the
+            // client sends when asked; all of it and the token.
+            for (tail, status, landed) in [
+                (&b"01234"[..], 97, "old\n"),
+                (b"0123456789", 97, "old\n"),
+                (b"0123456789bssh-t\n", 0, "0123456789"),
+            ] {
+                let stderr = supervise(&[&head[..], tail].concat());
+                assert!(
+                    stderr.contains(&format!("\nbssh-t exit {status}\n")),
+                    "{mode:o} {tail:?}: {stderr}"
+                );
+                assert_eq!(std::fs::read_to_string(&target).unwrap(), landed);
+                let names: Vec<_> = std::fs::read_dir(dir.path())
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect();
+                assert_eq!(names, ["f"], "nothing left beside it");
+            }
+        }
     }
 
     #[test]
     fn the_request_quotes_the_path() {
         let path = "/tmp/it's $(here) `x`\nnext line";
-        let (args, assignments) = put_request(
-            &FileUpload::new(path, "abc").mode(0o640),
-            "abcdef0123",
-            "root",
-            "t",
-        )
-        .unwrap();
+        let (args, assignments) =
+            put_request(&FileUpload::new(path, "abc").mode(0o640), "root", "t").unwrap();
         assert_eq!(args, "3 137");
         let message = crate::supervisor::request("put x 3 137", &borrowed(&assignments)).unwrap();
         let message = String::from_utf8(message).unwrap();

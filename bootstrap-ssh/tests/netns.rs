@@ -295,9 +295,9 @@ fn big_content() -> Vec<u8> {
     content
 }
 
-/// Waits until an upload of `base` into `dir` has begun (its private directory exists).
+/// Waits until an upload of `base` into `dir` has begun (its temporary file exists).
 async fn upload_started(dir: &std::path::Path, base: &str) {
-    // Generous: the client hashes the content first, slowly in a debug build on a busy machine.
+    // Generous: a debug build on a busy machine.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let begun = std::fs::read_dir(dir).unwrap().any(|e| {

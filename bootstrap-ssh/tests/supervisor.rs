@@ -424,6 +424,20 @@ async fn the_supervisor_runs_on_busybox_sh_and_applets() {
     let full: String = (0..5000).map(|i| format!("line-{i}\n")).collect();
     assert_eq!(out.stdout, full.as_bytes()[full.len() - 12..]);
     assert!(out.truncated);
+    // Uploads too, on busybox's head (it reads ahead of what it writes: nothing may
+    // follow the content until the supervisor asks), chown, chmod and mv -T; then a
+    // command on the same supervisor, so it read no more input than the content.
+    let up = sshd.dir.path().join("bb/up.bin");
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    for file in [
+        machine_core::FileUpload::new(up.to_str().unwrap(), body.clone()).mode(0o600),
+        machine_core::FileUpload::new(up.to_str().unwrap(), body.clone()).mode(0o750),
+    ] {
+        c.upload(&file).await.unwrap();
+        assert_eq!(std::fs::read(&up).unwrap(), body);
+    }
+    let out = c.exec(&ExecRequest::new("echo after")).await.unwrap();
+    assert_eq!(out.stdout, b"after\n");
     let marker = format!("bssh-bb-{}", support::unique());
     let e = c
         .exec(&ExecRequest::new(two_sleepers(&marker)).timeout(Duration::from_secs(2)))
