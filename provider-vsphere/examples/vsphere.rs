@@ -6,7 +6,7 @@
 //! fingerprint, and makes `DC0/vm/DC0_H0_VM1` a template):
 //!
 //! ```sh
-//! /opt/vcsim2/vcsim > /tmp/vcsim.url & sleep 1
+//! /opt/vcsim3/vcsim > /tmp/vcsim.url & sleep 1
 //! read url fp < /tmp/vcsim.url
 //! VSPHERE_URL=$url VSPHERE_PINNED_SHA256=$fp VSPHERE_USERNAME=u VSPHERE_PASSWORD=p \
 //!   VSPHERE_DATACENTER=DC0 PROVIDER_VSPHERE_TEMPLATE=DC0/vm/DC0_H0_VM1 \

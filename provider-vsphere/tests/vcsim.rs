@@ -486,7 +486,7 @@ async fn inventory_paths_and_vms_are_looked_up_once_and_again_when_gone() {
         ("CreatePropertyCollector", 1),
         ("CreateContainerView", 1),
         ("CreateListView", 1),
-        ("CreateFilter", 2),
+        ("CreateFilter", 1),
         ("RetrievePropertiesEx", 0),
     ] {
         assert_eq!(proxy.calls(method), times, "{method}");

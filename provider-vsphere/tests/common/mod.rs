@@ -16,7 +16,7 @@ use machine_core::{MachineName, MachineSpec, SecretString};
 use provider_vsphere::{CertFingerprint, VsphereConfig, VsphereConfigBuilder, VsphereProvider};
 
 /// Where scripts/peers/50-vcsim.sh installs vcsim.
-pub const VCSIM: &str = "/opt/vcsim2/vcsim";
+pub const VCSIM: &str = "/opt/vcsim3/vcsim";
 /// The template vcsim's main.go makes from one of its default VMs.
 pub const TEMPLATE: &str = "DC0/vm/DC0_H0_VM1";
 /// The standalone host's resource pool in vcsim's default model.
