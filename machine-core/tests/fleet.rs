@@ -14,8 +14,8 @@ use machine_core::fleet::{
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
-    Composer, ComposerSettings, ErrorKind, Labels, Machine, MachineName, MachineProvisioner,
-    MachineSpec, Phase, SentinelFile,
+    Composer, ComposerSettings, ErrorKind, FailurePolicy, Labels, Machine, MachineName,
+    MachineProvisioner, MachineSpec, Phase, SentinelFile,
 };
 
 fn template() -> MachineSpec {
@@ -738,14 +738,28 @@ async fn a_name_another_machine_has_is_passed_over_and_that_machine_left_alone()
     );
     assert_eq!(still.labels.get(SET_LABEL), None);
 
-    // A standalone spec named as a member is refused, naming the set; nothing changes.
-    let e = standalone
+    // A standalone spec named as a member is refused, naming the set; nothing changes,
+    // even under a policy that deletes what failed.
+    let deleting = Composer::builder(f.provider.clone())
+        .settings(ComposerSettings::default().with_on_failure(FailurePolicy::DeleteOnFailure))
+        .build()
+        .unwrap();
+    let e = deleting
         .provision(&named("web-1-0"), &cancel)
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
     assert_eq!(e.field(), Some("name"), "{e}");
     assert!(e.to_string().contains("belongs to set web"), "{e}");
+    let member = f
+        .provider
+        .find(&MachineName::new("web-1-0").unwrap())
+        .await
+        .unwrap();
+    assert!(
+        member.is_some_and(|m| !m.phase.is_deleting()),
+        "the member is left alone"
+    );
 
     // Scaling the set to nothing leaves the standalone machine.
     r.update(f.composer("b1", "a1"), set(0)).unwrap();

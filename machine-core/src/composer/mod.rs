@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 pub use bootstrap::{BootstrapState, BootstrapStep, Bootstrapper};
 pub use fleet::FleetResult;
 pub use provision::Provisioned;
+pub(crate) use step::name_taken;
 
 use crate::bootstrap_data::ByReference;
 use crate::error::{Error, Result};

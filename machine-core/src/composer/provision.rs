@@ -67,6 +67,8 @@ impl Composer {
         match result {
             Ok(p) => Ok(p),
             Err(e) if e.kind() == crate::ErrorKind::Cancelled => Err(e),
+            // The name is another's machine: never deleted on this spec's behalf.
+            Err(e) if super::step::name_taken(&e) => Err(e),
             Err(e) => {
                 if self.settings.on_failure == FailurePolicy::DeleteOnFailure {
                     tracing::warn!(machine = %spec.name, error = %e, "provisioning failed; deleting the machine");

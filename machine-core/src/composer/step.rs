@@ -480,6 +480,11 @@ impl Composer {
     }
 }
 
+/// Whether `e` is [`same_set`]'s refusal: the spec's name is another's machine.
+pub(crate) fn name_taken(e: &Error) -> bool {
+    e.kind() == ErrorKind::Conflict && e.field() == Some("name")
+}
+
 /// `m`, found by `spec`'s name, if it belongs to the same set as `spec` (or, like it, to
 /// none). Otherwise it is not this spec's machine: adopting it would let a fleet take a
 /// standalone machine (and delete it when it scales down), or a standalone spec a

@@ -1147,7 +1147,7 @@ impl FleetReconciler {
                         None
                     }
                     Ok(None) => None,
-                    Err(e) if e.kind() == ErrorKind::Conflict && e.field() == Some("name") => {
+                    Err(e) if crate::composer::name_taken(&e) => {
                         // Another's machine has the name: the next step takes the next one.
                         memo.taken.insert(name.clone());
                         Some(format!("{name}: {e}"))
