@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use machine_core::decorators::{FaultConfig, FaultInjecting};
@@ -13,9 +14,10 @@ use machine_core::fleet::{
 };
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
+use machine_core::user_data::UserDataPart;
 use machine_core::{
-    Composer, ComposerSettings, ErrorKind, FailurePolicy, Labels, Machine, MachineName,
-    MachineProvisioner, MachineSpec, Phase, SentinelFile,
+    Completion, CompletionCheck, Composer, ComposerSettings, ErrorKind, FailurePolicy, Labels,
+    Machine, MachineName, MachineProvisioner, MachineSpec, Phase, Result, SentinelFile, Transport,
 };
 
 fn template() -> MachineSpec {
@@ -35,6 +37,22 @@ fn layer(name: &str, content: &str) -> Arc<StepLayer> {
 struct Fleet {
     cloud: SimCloud,
     provider: Arc<dyn MachineProvisioner>,
+    /// How many times a composer of this fleet asked for the coupled software's verdict.
+    completion_checks: Arc<AtomicUsize>,
+}
+
+/// The sentinel check, counted.
+struct Counted(SentinelFile, Arc<AtomicUsize>);
+
+#[async_trait::async_trait]
+impl CompletionCheck for Counted {
+    fn user_data_parts(&self, spec: &MachineSpec) -> Vec<UserDataPart> {
+        self.0.user_data_parts(spec)
+    }
+    async fn check(&self, machine: &Machine, transport: &dyn Transport) -> Result<Completion> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.check(machine, transport).await
+    }
 }
 
 impl Fleet {
@@ -45,7 +63,11 @@ impl Fleet {
     fn with_config(config: SimConfig) -> Self {
         let cloud = SimCloud::new();
         let provider = Arc::new(SimProvider::new(cloud.clone(), config).unwrap());
-        Fleet { cloud, provider }
+        Fleet {
+            cloud,
+            provider,
+            completion_checks: Arc::default(),
+        }
     }
 
     fn composer(&self, base: &str, app: &str) -> Composer {
@@ -53,7 +75,10 @@ impl Fleet {
             .coupled(layer("base", base))
             .decoupled(layer("app", app))
             .connector(Arc::new(SimConnector::new(self.cloud.clone())))
-            .completion(Arc::new(SentinelFile::default()))
+            .completion(Arc::new(Counted(
+                SentinelFile::default(),
+                self.completion_checks.clone(),
+            )))
             .settings(ComposerSettings::default().with_poll_interval(Duration::from_millis(1)))
             .build()
             .unwrap()
@@ -224,6 +249,7 @@ async fn a_decoupled_change_is_applied_in_place_one_machine_at_a_time() {
 
     r.update(f.composer("b1", "a2"), set(3).with_rollout(rollout))
         .unwrap();
+    let checks = f.completion_checks.load(Ordering::SeqCst);
     let mut updates = 0;
     for _ in 0..50 {
         let done = r.reconcile().await.unwrap();
@@ -256,6 +282,11 @@ async fn a_decoupled_change_is_applied_in_place_one_machine_at_a_time() {
         }
     }
     assert_eq!(updates, 3, "each machine updated in place once");
+    assert_eq!(
+        f.completion_checks.load(Ordering::SeqCst),
+        checks,
+        "the coupled software's verdict, seen before, is not asked again"
+    );
     let after = f.machines().await;
     assert_eq!(after.len(), 3);
     for m in &after {
@@ -629,10 +660,7 @@ async fn a_new_process_does_not_take_machines_it_has_not_looked_at_for_broken() 
 
 /// A fleet whose machines take `boot` to boot.
 fn slow_fleet(boot: Duration) -> Fleet {
-    let cloud = SimCloud::new();
-    let config = SimConfig::default().with_boot_latency(boot);
-    let provider = Arc::new(SimProvider::new(cloud.clone(), config).unwrap());
-    Fleet { cloud, provider }
+    Fleet::with_config(SimConfig::default().with_boot_latency(boot))
 }
 
 /// Running machines of the set that are not being deleted: what can serve.

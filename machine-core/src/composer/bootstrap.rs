@@ -44,6 +44,14 @@ pub struct BootstrapState {
     layers_done: usize,
 }
 
+impl BootstrapState {
+    /// Skips the completion check: the coupled software was already seen finished on
+    /// this machine (its `BootstrapComplete` condition), so only layers are left.
+    pub(crate) fn completion_seen(&mut self) {
+        self.completion_done = true;
+    }
+}
+
 /// What one [`Bootstrapper::step`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

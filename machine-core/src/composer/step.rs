@@ -211,6 +211,11 @@ impl Composer {
             .filter(|p| p.provider_id == m.provider_id);
         if let Some(p) = &previous {
             m.keep_conditions_of(p);
+            // Cloud-init's verdict does not change once given: a machine seen finished
+            // (an in-place update of a Ready one, a resumed bootstrap) is not asked again.
+            if p.condition(C::BOOTSTRAP_COMPLETE).is_some_and(|c| c.status) {
+                st.bootstrap.completion_seen();
+            }
         }
         // After the previous conditions: their transition times hold while the status does.
         if let Some(made_from) = m.revision() {

@@ -799,9 +799,22 @@ impl FleetReconciler {
                     "update {} in place: a decoupled layer changed",
                     mb.m.name
                 ));
+                // Its last status, as bootstrapping again: the composer applies the
+                // changed layers without asking the coupled software's verdict again.
+                let previous = {
+                    let memo = self.lock();
+                    memo.machines
+                        .get(&mb.m.name)
+                        .filter(|s| s.provider_id == mb.m.provider_id)
+                        .and_then(|s| s.last.clone())
+                        .map(|mut m| {
+                            m.phase = Phase::Bootstrapping;
+                            m
+                        })
+                };
                 plan.work.push(Work::Step {
                     spec: self.spec_for(mb.slot, mb.generation, String::new()),
-                    previous: None,
+                    previous,
                     in_place: true,
                 });
             }
