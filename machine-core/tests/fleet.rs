@@ -84,6 +84,15 @@ impl Fleet {
             .unwrap()
     }
 
+    /// The names of the set's machines at the provider.
+    async fn names(&self) -> BTreeSet<String> {
+        self.machines()
+            .await
+            .iter()
+            .map(|m| m.name.to_string())
+            .collect()
+    }
+
     async fn machines(&self) -> Vec<Machine> {
         self.provider
             .list(&Labels::from([(SET_LABEL.to_owned(), "web".to_owned())]))
@@ -134,12 +143,7 @@ async fn a_set_scales_up_and_down_with_stable_names() {
     // The machines a step creates are in its view.
     assert_eq!(r.reconcile().await.unwrap().machines.len(), 5);
     converge(&r, 20, |_| {}).await;
-    let names: BTreeSet<String> = f
-        .machines()
-        .await
-        .iter()
-        .map(|m| m.name.to_string())
-        .collect();
+    let names = f.names().await;
     assert_eq!(
         names,
         (0..5)
@@ -752,12 +756,7 @@ async fn a_name_another_machine_has_is_passed_over_and_that_machine_left_alone()
 
     let mut r = FleetReconciler::new(f.composer("b1", "a1"), set(2)).unwrap();
     converge(&r, 20, |_| {}).await;
-    let names: BTreeSet<String> = f
-        .machines()
-        .await
-        .iter()
-        .map(|m| m.name.to_string())
-        .collect();
+    let names = f.names().await;
     assert_eq!(names, BTreeSet::from(["web-0-1".into(), "web-1-0".into()]));
     let still = f.provider.get(&lone.provider_id).await.unwrap();
     assert!(

@@ -284,6 +284,15 @@ impl FleetReconciler {
         &self.composer
     }
 
+    /// The composer's last status of `m` in this process, if it is still that machine.
+    fn last_status(&self, m: &Machine) -> Option<Machine> {
+        self.lock()
+            .machines
+            .get(&m.name)
+            .filter(|s| s.provider_id == m.provider_id)
+            .and_then(|s| s.last.clone())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Memo> {
         self.memo.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -801,17 +810,10 @@ impl FleetReconciler {
                 ));
                 // Its last status, as bootstrapping again: the composer applies the
                 // changed layers without asking the coupled software's verdict again.
-                let previous = {
-                    let memo = self.lock();
-                    memo.machines
-                        .get(&mb.m.name)
-                        .filter(|s| s.provider_id == mb.m.provider_id)
-                        .and_then(|s| s.last.clone())
-                        .map(|mut m| {
-                            m.phase = Phase::Bootstrapping;
-                            m
-                        })
-                };
+                let previous = self.last_status(&mb.m).map(|mut m| {
+                    m.phase = Phase::Bootstrapping;
+                    m
+                });
                 plan.work.push(Work::Step {
                     spec: self.spec_for(mb.slot, mb.generation, String::new()),
                     previous,
@@ -844,13 +846,7 @@ impl FleetReconciler {
             if mb.layers == Layers::Changed {
                 continue; // waits for room in step 6
             }
-            let previous = {
-                let memo = self.lock();
-                memo.machines
-                    .get(&mb.m.name)
-                    .filter(|s| s.provider_id == mb.m.provider_id)
-                    .and_then(|s| s.last.clone())
-            };
+            let previous = self.last_status(&mb.m);
             let verified = self
                 .lock()
                 .machines
