@@ -258,7 +258,10 @@ async fn two_controllers_racing_never_share_a_host_or_duplicate_a_name() {
 async fn a_silent_host_makes_find_fail_rather_than_answer_none() {
     let pool = Pool::new(1);
     let mut config = pool.config("silent");
-    let dead = support::free_port();
+    // A port held for the whole test and never answered: a free port picked and let go
+    // could be taken by another test's sshd meanwhile (it was, once, in CI).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = silent.local_addr().unwrap().port();
     config
         .hosts
         .push(HostEntry::new("dead", "127.0.0.1").port(dead));
