@@ -37,7 +37,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 // vcsim runs as several processes, counted by its own reader below, not by pid.
@@ -266,6 +266,9 @@ struct Figures {
     retries: usize,
     /// vcsim's CPU seconds during the side's run.
     server_cpu: f64,
+    /// The provider's mean time per VM in create, waiting for the address, and delete
+    /// (seconds); pyvmomi's are not timed.
+    phases: Option<[f64; 3]>,
 }
 
 /// Calls `op` until it succeeds or fails other than transiently, at most four times;
@@ -363,6 +366,8 @@ async fn bench_provider(
         [&b"#cloud-config\n"[..], &b"# padding\n".repeat(203)].concat(),
     ));
     let retries = AtomicUsize::new(0);
+    // Microseconds spent in create, waiting for the address, and delete, summed.
+    let spent: [AtomicU64; 3] = Default::default();
     let server0 = vcsim_cpu_seconds()?;
     let cpu0 = cpu_seconds()?;
     let start = Instant::now();
@@ -373,6 +378,7 @@ async fn bench_provider(
             let p = p.clone();
             let data = data.clone();
             let retries = &retries;
+            let spent = &spent;
             let stage = &stages[i];
             async move {
                 let name = MachineName::new(format!("bench-{i:04}"))?;
@@ -385,18 +391,26 @@ async fn bench_provider(
                             "folder": FOLDER,
                         }));
                 stage.store(1, Ordering::Relaxed);
+                let mut since = Instant::now();
+                let mut lap = |phase: usize| {
+                    let now = Instant::now();
+                    let us = u64::try_from((now - since).as_micros()).unwrap_or(u64::MAX);
+                    spent[phase].fetch_add(us, Ordering::Relaxed);
+                    since = now;
+                };
                 let m = again(retries, || p.create(&spec, Some(&data)))
                     .await
                     .with_context(|| format!("creating {name}"))?;
                 stage.store(2, Ordering::Relaxed);
-                let since = Instant::now();
+                lap(0);
+                let asked = Instant::now();
                 while again(retries, || p.get(&m.provider_id))
                     .await
                     .with_context(|| format!("reading {name}"))?
                     .address(AddressKind::InternalIP)
                     .is_none()
                 {
-                    if since.elapsed() > ADDRESS_LIMIT {
+                    if asked.elapsed() > ADDRESS_LIMIT {
                         bail!(
                             "{name} ({}): no guest address {ADDRESS_LIMIT:?} after its create \
                              returned it powered on; the VMware Tools stand-in gave none",
@@ -406,10 +420,12 @@ async fn bench_provider(
                     tokio::time::sleep(POLL).await;
                 }
                 stage.store(3, Ordering::Relaxed);
+                lap(1);
                 again(retries, || p.delete(&m.provider_id))
                     .await
                     .with_context(|| format!("deleting {name}"))?;
                 stage.store(4, Ordering::Relaxed);
+                lap(2);
                 anyhow::Ok(())
             }
         })
@@ -436,6 +452,7 @@ async fn bench_provider(
         vcsim_calls: calls,
         retries: retries.into_inner(),
         server_cpu,
+        phases: Some(spent.map(|s| s.into_inner() as f64 / 1e6 / count as f64)),
     })
 }
 
@@ -477,6 +494,7 @@ async fn bench_pyvmomi(count: usize, concurrency: usize, inventory: usize) -> Re
         vcsim_calls: vcsim_calls(&admin, "bench-pyvmomi").await,
         retries: f("retries")? as usize,
         server_cpu,
+        phases: None,
     })
 }
 
@@ -541,6 +559,15 @@ async fn main() -> Result<()> {
                 f.retries,
                 1e3 * f.server_cpu / count as f64
             );
+            if let Some([create, address, delete]) = f.phases {
+                println!(
+                    "{:<17} per VM: create {:.0} ms, address {:.0} ms, delete {:.0} ms",
+                    "",
+                    1e3 * create,
+                    1e3 * address,
+                    1e3 * delete
+                );
+            }
         };
         let (rust, py) = if pyvmomi_first {
             let py = bench_pyvmomi(count, concurrency, inventory).await?;

@@ -20,9 +20,11 @@
 //!   powered off after a guest shutdown, checked at every update.
 //!
 //! With nobody waiting, the loop makes no call at all; while someone waits for a task or
-//! a state it long-polls (an answer as soon as something changed), and a barrier or a
-//! new task during a long poll that does not end by itself within [`GRACE`] cancels it
-//! (`CancelWaitForUpdates`): the version keeps what was not yet read.
+//! a state it long-polls (an answer as soon as something changed). A task started
+//! during a long poll is added to the list view beside it (the poll reports it as it
+//! enters the filter); a barrier during a long poll that does not end by itself within
+//! [`GRACE`] cancels it (`CancelWaitForUpdates`): the version keeps what was not yet
+//! read.
 //!
 //! An answer that is lost (a cut connection, the session ended) leaves the mirror
 //! unknown: the loop destroys its collector and makes a new one, whose first answer is
@@ -43,7 +45,7 @@ use crate::errors::Fault;
 use crate::vm::{PATHS, Vm};
 use crate::xml::{Element, escape};
 
-/// How long a barrier or a new task lets a long poll end by itself before cancelling it.
+/// How long a barrier lets a long poll end by itself before cancelling it.
 pub(crate) const GRACE: Duration = Duration::from_millis(25);
 
 /// Failures of the loop in a row after which task and state waiters give up.
@@ -127,6 +129,9 @@ struct State {
     vm_waiters: usize,
     /// The folder watched.
     root: Option<Moref>,
+    /// Whether the mirror holds the VMs of `root` as read from the server (since
+    /// then it may be behind it).
+    read: bool,
     /// Whether the loop runs.
     running: bool,
 }
@@ -139,13 +144,22 @@ impl State {
             || self.tasks.values().any(|t| t.outcome.is_none())
     }
 
-    /// Whether something needs the loop now (a long poll in flight should end).
-    fn urgent(&self, covering: u64) -> bool {
-        self.requested > covering
-            || self
-                .tasks
-                .values()
-                .any(|t| !t.listed && t.outcome.is_none())
+    /// The tasks to add to the list view (marked listed now, so that no other call
+    /// adds them again) and, with them, the finished ones to take out.
+    fn to_list(&mut self) -> (Vec<Moref>, Vec<Moref>) {
+        let mut add = Vec::new();
+        for (m, t) in &mut self.tasks {
+            if !t.listed && t.outcome.is_none() {
+                t.listed = true;
+                add.push(m.clone());
+            }
+        }
+        let remove = if add.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.unlist)
+        };
+        (add, remove)
     }
 
     fn remember(&mut self, obj: &Moref, record: Record) {
@@ -295,6 +309,7 @@ impl Collector {
             let mut st = self.inner.state();
             let changed = st.root.as_ref() != Some(root);
             st.root = Some(root.clone());
+            st.read &= !changed;
             changed
         };
         if changed {
@@ -336,6 +351,12 @@ impl Collector {
                 }
             }
         }
+    }
+
+    /// Whether the mirror has read the watched folder's VMs from the server: until
+    /// then it knows nothing, after that it may be behind (a barrier makes it current).
+    pub fn mirrored(&self) -> bool {
+        self.inner.state().read
     }
 
     /// The VMs of the mirror that `pick` selects, as known now.
@@ -493,21 +514,7 @@ async fn run(inner: Arc<Inner>) {
             continue;
         };
         // Tasks to add to the list view, and finished ones to take out.
-        let (add, remove) = {
-            let mut st = inner.state();
-            let add: Vec<Moref> = st
-                .tasks
-                .iter()
-                .filter(|(_, t)| !t.listed && t.outcome.is_none())
-                .map(|(m, _)| m.clone())
-                .collect();
-            let remove = if add.is_empty() {
-                Vec::new()
-            } else {
-                std::mem::take(&mut st.unlist)
-            };
-            (add, remove)
-        };
+        let (add, remove) = inner.state().to_list();
         if !add.is_empty() {
             list_tasks(&inner, srv, &add, &remove).await;
         }
@@ -527,8 +534,24 @@ async fn run(inner: Arc<Inner>) {
                 tokio::select! {
                     answer = &mut call => break answer,
                     () = inner.urgent.notified(), if !quick => {
-                        if !inner.closed.load(Ordering::SeqCst) && !inner.state().urgent(covering) {
-                            continue;
+                        let closed = inner.closed.load(Ordering::SeqCst);
+                        if !closed && inner.state().requested <= covering {
+                            // New tasks alone: listed now, beside the poll, which
+                            // reports them (their state as they enter the filter) at
+                            // once instead of after a turn of its own.
+                            let (add, remove) = inner.state().to_list();
+                            if add.is_empty() {
+                                continue;
+                            }
+                            let listing = list_tasks(&inner, srv, &add, &remove);
+                            tokio::pin!(listing);
+                            tokio::select! {
+                                answer = &mut call => {
+                                    listing.await;
+                                    break answer;
+                                }
+                                () = &mut listing => continue,
+                            }
                         }
                         match tokio::time::timeout(GRACE, &mut call).await {
                             Ok(answer) => break answer,
@@ -707,6 +730,7 @@ async fn build(inner: &Inner, root: &Moref) -> Result<Server> {
             for update in &st_vms {
                 incomplete.extend(apply(&mut st, update));
             }
+            st.read = st.root.as_ref() == Some(root);
         }
         if !incomplete.is_empty() {
             repair(inner, &incomplete).await;
@@ -795,16 +819,6 @@ async fn list_tasks(inner: &Inner, server: &Server, add: &[Moref], remove: &[Mor
             add.to_vec()
         }
     };
-    {
-        let mut st = inner.state();
-        for t in add {
-            if !refused.contains(t)
-                && let Some(slot) = st.tasks.get_mut(t)
-            {
-                slot.listed = true;
-            }
-        }
-    }
     for t in refused {
         let outcome = match inner.client.task_outcome(&t).await {
             Ok(Some(o)) => Some(o),

@@ -835,16 +835,24 @@ impl MachineProvisioner for VsphereProvider {
     /// settles a race: the oldest of the owner's VMs of that name (lowest managed
     /// object id, which vCenter hands out in increasing order) is the machine, and a
     /// creator whose clone is not the oldest destroys its clone (still powered off) and
-    /// returns the oldest. Only then is the machine powered on. vCenter itself refuses
-    /// a second VM of one name in a folder (DuplicateName): then another create of the
-    /// name cloned first, and its VM is adopted.
+    /// adopts the oldest. Only then is the machine powered on. vCenter itself refuses
+    /// a second VM of one name in a folder (DuplicateName): then the name's VM is
+    /// adopted.
+    ///
+    /// The lookup before the clone reads the mirror as it is (the composer's `find`
+    /// just made it current, and a create racing another is settled after the clone
+    /// anyway), and makes it current only to adopt: a VM the mirror missed is found by
+    /// vCenter's refusal or by the settlement, a VM it still holds may be gone.
     async fn create(&self, spec: &MachineSpec, user_data: Option<&UserData>) -> Result<Machine> {
         spec.validate()?;
         user_data::admit(user_data, self.capabilities.user_data.as_ref())?;
         let plan = self.config.plan(spec)?;
-        self.fresh().await?;
-        if let Some(existing) = self.named(&spec.name).into_iter().next() {
-            return self.adopt(existing, &spec.name).await;
+        self.watch_folder().await?;
+        if !self.collector.mirrored() || !self.named(&spec.name).is_empty() {
+            self.fresh().await?;
+            if let Some(existing) = self.named(&spec.name).into_iter().next() {
+                return self.adopt(existing, &spec.name).await;
+            }
         }
         let mine = match self.clone_vm(&plan, spec, user_data).await {
             Err(e) if e.kind() == ErrorKind::Conflict && e.message().contains("DuplicateName") => {
@@ -872,11 +880,11 @@ impl MachineProvisioner for VsphereProvider {
             }
         }
         if let Some(winner) = same.into_iter().next().filter(|v| v.moref != mine) {
-            tracing::info!(name = %spec.name, "another create won the race; destroying this clone");
+            tracing::info!(name = %spec.name, "the name has an older VM; destroying this clone");
             self.destroy(&mine, Some("poweredOff")).await?;
-            return winner.machine().ok_or_else(|| {
-                Error::transient(format!("{self}: {} has no BIOS UUID yet", spec.name))
-            });
+            // A racing create's, which its creator starts, or one a crashed create
+            // left unstarted: started here too (a second power-on is refused harmlessly).
+            return self.adopt(winner, &spec.name).await;
         }
         self.start_clone(&mine).await?;
         self.machine_of(&mine, &spec.name).await

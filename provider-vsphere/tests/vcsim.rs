@@ -223,6 +223,45 @@ async fn a_clone_left_before_power_on_is_finished_not_duplicated() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_made_since_the_mirror_was_read_is_adopted_not_duplicated() {
+    let vcsim = Vcsim::start();
+    let owner = common::owner("behind");
+    let admin = Admin::login(&vcsim).await;
+    let p = common::provider(&vcsim, &owner);
+    // The mirror is read (and then left idle: nothing waits, so nothing updates it).
+    let first = p
+        .create(&common::spec_named("behind-1"), None)
+        .await
+        .expect("create");
+    // Another process's create dies after its clone: the mirror does not know the VM,
+    // and the create below does not ask before it clones.
+    admin.clone_tagged("DC0_H0_VM1", "behind-2", &owner).await;
+    let theirs = admin.vm_by_name("behind-2").await;
+    let m = p
+        .create(&common::spec_named("behind-2"), None)
+        .await
+        .expect("create");
+    assert_eq!(
+        admin.count_named("behind-2").await,
+        1,
+        "a second VM of the name was left"
+    );
+    let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
+    assert!(
+        admin
+            .property(&vm, "runtime.powerState")
+            .await
+            .contains(">poweredOn<"),
+        "the other process's clone was not started: {}",
+        m.phase
+    );
+    assert_eq!(vm, theirs, "the machine is not the other process's clone");
+    for id in [&first.provider_id, &m.provider_id] {
+        p.delete(id).await.expect("delete");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_controllers_creating_one_name_at_once_leave_one_vm() {
     let vcsim = Vcsim::start();
     let owner = common::owner("race");
