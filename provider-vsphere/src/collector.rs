@@ -146,7 +146,7 @@ impl State {
 
     /// The tasks to add to the list view (marked listed now, so that no other call
     /// adds them again) and, with them, the finished ones to take out.
-    fn to_list(&mut self) -> (Vec<Moref>, Vec<Moref>) {
+    fn take_unlisted(&mut self) -> (Vec<Moref>, Vec<Moref>) {
         let mut add = Vec::new();
         for (m, t) in &mut self.tasks {
             if !t.listed && t.outcome.is_none() {
@@ -514,7 +514,7 @@ async fn run(inner: Arc<Inner>) {
             continue;
         };
         // Tasks to add to the list view, and finished ones to take out.
-        let (add, remove) = inner.state().to_list();
+        let (add, remove) = inner.state().take_unlisted();
         if !add.is_empty() {
             list_tasks(&inner, srv, &add, &remove).await;
         }
@@ -539,7 +539,7 @@ async fn run(inner: Arc<Inner>) {
                             // New tasks alone: listed now, beside the poll, which
                             // reports them (their state as they enter the filter) at
                             // once instead of after a turn of its own.
-                            let (add, remove) = inner.state().to_list();
+                            let (add, remove) = inner.state().take_unlisted();
                             if add.is_empty() {
                                 continue;
                             }
