@@ -45,8 +45,10 @@ use crate::errors::Fault;
 use crate::vm::{PATHS, Vm};
 use crate::xml::{Element, escape};
 
-/// How long a barrier lets a long poll end by itself before cancelling it.
-pub(crate) const GRACE: Duration = Duration::from_millis(25);
+/// How long a barrier lets a long poll end by itself before cancelling it: ending it
+/// costs one call, waiting costs the barrier's caller up to the poll's answer (vCenter
+/// answers on change, vcsim at its next 20 ms tick).
+pub(crate) const GRACE: Duration = Duration::from_millis(5);
 
 /// Failures of the loop in a row after which task and state waiters give up.
 const GIVE_UP: u32 = 3;

@@ -55,6 +55,12 @@
 #   against the filters it may concern and reads nothing else. The answers are the
 #   same: the first of those collects found every new object, the others found none
 #   (an object that enters meanwhile is found by the next batch, its enter being in it).
+# - WaitForUpdatesEx with maxWaitSeconds 0 does its one update calculation at once, as
+#   the vSphere API documents it ("similar to CheckForUpdates") and vCenter does.
+#   0.24.2 (and upstream to this day) does it at the first tick of its update loop, so
+#   every such call takes 20 ms: provider-vsphere's barriers (a read that must see every
+#   change made before it) use it, and paid that tick each (issue 28). No other
+#   answer changes; pyvmomi never sends 0.
 # And main.go's -vm N makes N VMs per resource pool (two pools: 2N VMs), as upstream
 # vcsim's flag, for benchmarks with a large inventory; it removes its datastore
 # directories when stopped with SIGTERM or SIGINT.
@@ -255,7 +261,7 @@ GO
 )
 stamp="$main_go
 $extra_config_go
-clone uuid and hardware, published extraConfig, view lock, collector order, 20 ms updates, deleted objects in filters, destroyed filters, new objects once per batch"
+clone uuid and hardware, published extraConfig, view lock, collector order, 20 ms updates, deleted objects in filters, destroyed filters, new objects once per batch, maxWaitSeconds 0 at once"
 
 if [ -x "$dest/vcsim" ] && [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ]; then
   echo "vcsim already built at $dest/vcsim"
@@ -321,6 +327,17 @@ awk '
     print "\t\t\t}"
     next
   }
+  /^\tdefer ticker\.Stop\(\)$/ {
+    print
+    print "\ttick := ticker.C"
+    print "\tif oneUpdate { // one update calculation, at once"
+    print "\t\tnow := make(chan time.Time, 1)"
+    print "\t\tnow <- time.Now()"
+    print "\t\ttick = now"
+    print "\t}"
+    next
+  }
+  /^\t\tcase <-ticker\.C:$/ { print "\t\tcase <-tick:"; next }
   { sub(/time\.NewTicker\(250 \* time\.Millisecond\)/, "time.NewTicker(20 * time.Millisecond)"); print }
 ' "$sim/property_collector.go" >"$build/property_collector.go"
 if [ "$(grep -c '^	Map.WithLock(v, func() {$' "$build/view_manager.go")" != 1 ] ||
@@ -328,6 +345,8 @@ if [ "$(grep -c '^	Map.WithLock(v, func() {$' "$build/view_manager.go")" != 1 ] 
   [ "$(grep -c 'time.NewTicker(20 \* time.Millisecond)' "$build/property_collector.go")" != 1 ] ||
   [ "$(grep -c '^		filter, ok := ctx.Session.Get(ref).(\*PropertyFilter)$' "$build/property_collector.go")" != 1 ] ||
   [ "$(grep -c 'for _, update := range updates { // once per batch$' "$build/property_collector.go")" != 1 ] ||
+  [ "$(grep -c '^	if oneUpdate { // one update calculation, at once$' "$build/property_collector.go")" != 1 ] ||
+  [ "$(grep -c '^		case <-tick:$' "$build/property_collector.go")" != 1 ] ||
   [ "$(grep -c 'if !apply() {' "$build/property_collector.go")" != 1 ] ||
   [ "$(grep -A1 'ctx.Map.AddHandler(pc) // Listen' "$build/property_collector.go" | grep -c 'apply()  ')" != 1 ]; then
   echo "50-vcsim.sh: $sim/view_manager.go or property_collector.go is not the 0.24.2 this script patches" >&2
