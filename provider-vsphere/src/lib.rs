@@ -34,14 +34,15 @@
 //! vCenter allows two VMs with one name in different folders (vcsim even in one
 //! folder), so names prove nothing. Every VM is cloned with extraConfig keys for
 //! owner, name and labels (in the clone spec itself, so no VM is ever untagged) and
-//! found by them. `create` adopts the owner's VM of that name when there is one (one
-//! listing of the datacenter's VMs, a folder traversal the property collector follows
-//! in one call). Two creators that both clone settle it after the clone: the oldest VM
-//! of the name (lowest managed object id) is the machine; a creator whose clone is
-//! younger destroys it, still powered off, and returns the oldest. The settlement reads
-//! only the VMs' names, and in full only those named as the machine: every creator
-//! clones under that name. A clone vCenter refuses as a `DuplicateName` (a second VM
-//! of one name in a folder) adopts the owner's VM of that name. Provider IDs are
+//! found by them. `create` adopts the owner's VM of that name when the mirror of the
+//! provider's folder (see `collector`: one property collector, kept current by pushed
+//! updates) holds one, checked against the server first. Two creators that both clone,
+//! or a creator whose mirror missed a VM made since, settle it after the clone: the
+//! oldest VM of the name (lowest managed object id) is the machine; a creator whose
+//! clone is younger destroys it, still powered off, and adopts the oldest (started if a
+//! crashed create left it off). The mirror is as current as the clone's end, so it
+//! holds every older VM of the name. A clone vCenter refuses as a `DuplicateName` (a
+//! second VM of one name in a folder) adopts the owner's VM of that name. Provider IDs are
 //! `vsphere://<bios-uuid>`, a random UUID set in the clone spec. A VM is marked
 //! started once first powered on: a create that stopped between clone and power-on
 //! leaves a VM without the mark, which the next create finishes (hardware, power-on)
