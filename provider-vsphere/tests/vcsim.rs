@@ -76,12 +76,7 @@ async fn user_data_round_trips_through_guestinfo_and_is_scrubbed() {
     assert!(raw.contains("<key>guestinfo.metadata</key>"), "{raw}");
     // Scrubbing again is a no-op, and the machine is unharmed.
     p.bootstrap_finished(&m).await.expect("second scrub");
-    assert!(
-        admin
-            .property(&vm, "runtime.powerState")
-            .await
-            .contains(">poweredOn<")
-    );
+    assert!(admin.powered_on(&vm).await);
     p.delete(&m.provider_id).await.expect("delete");
 }
 
@@ -192,10 +187,7 @@ async fn a_clone_left_before_power_on_is_finished_not_duplicated() {
         .expect("create");
     let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
     assert!(
-        admin
-            .property(&vm, "runtime.powerState")
-            .await
-            .contains(">poweredOn<"),
+        admin.powered_on(&vm).await,
         "the left clone was not started: {}",
         m.phase
     );
@@ -248,10 +240,7 @@ async fn a_vm_made_since_the_mirror_was_read_is_adopted_not_duplicated() {
     );
     let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
     assert!(
-        admin
-            .property(&vm, "runtime.powerState")
-            .await
-            .contains(">poweredOn<"),
+        admin.powered_on(&vm).await,
         "the other process's clone was not started: {}",
         m.phase
     );
@@ -615,10 +604,7 @@ async fn a_clone_refused_as_a_duplicate_name_adopts_the_vm_that_has_it() {
     assert_eq!(admin.count_named("dup-1").await, 1);
     let vm = admin.vm_by_uuid(m.provider_id.resource_id()).await;
     assert!(
-        admin
-            .property(&vm, "runtime.powerState")
-            .await
-            .contains(">poweredOn<"),
+        admin.powered_on(&vm).await,
         "the adopted clone was not started"
     );
     p.delete(&m.provider_id).await.expect("delete");

@@ -233,6 +233,13 @@ impl Admin {
         .await
     }
 
+    /// Whether the VM is powered on.
+    pub async fn powered_on(&self, vm: &str) -> bool {
+        self.property(vm, "runtime.powerState")
+            .await
+            .contains(">poweredOn<")
+    }
+
     /// Property `path` of the object of type `kind` at inventory path `at`, as text.
     pub async fn property_of(&self, kind: &str, at: &str, path: &str) -> String {
         let found = self
