@@ -30,6 +30,13 @@ pub const REVISION_LABEL: &str = "machine-core/revision";
 /// `<dir>/<layer>.digest`.
 pub const LAYER_DIGEST_DIR: &str = "/var/lib/machine-core/layers";
 
+/// Where the composer records, once every decoupled layer is applied, the digest of the
+/// layers as a set ([`layer_set_digest`]): a machine that has it finished a bootstrap
+/// or an update with that set; one without it is on its way to its first (or was made
+/// by a release that did not record it). It tells a layer added to the template (the
+/// set changed) from a bootstrap cut short (the set not finished yet).
+pub const LAYER_SET_PATH: &str = "/var/lib/machine-core/layers/all.set";
+
 /// The format version mixed into every digest: a change of what is hashed changes it.
 const VERSION: &[u8] = b"machine-core revision 1\0";
 
@@ -77,6 +84,29 @@ pub fn digest(bytes: &[u8]) -> String {
 
 fn short(hash: &[u8]) -> String {
     crate::user_data::hex(&hash[..20])
+}
+
+/// The digest of a machine's decoupled layers as a set: each layer's name and digest
+/// (`None`: the layer gives none), in order.
+pub fn layer_set_digest<'a>(
+    layers: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> String {
+    let mut h = Sha256::new();
+    h.update(VERSION);
+    h.update(b"layer set\0");
+    for (name, digest) in layers {
+        h.update((name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        match digest {
+            Some(d) => {
+                h.update(b"+");
+                h.update((d.len() as u64).to_le_bytes());
+                h.update(d.as_bytes());
+            }
+            None => h.update(b"-"),
+        }
+    }
+    short(&h.finalize())
 }
 
 /// The path of `layer`'s applied digest on a machine.

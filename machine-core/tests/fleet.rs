@@ -16,8 +16,9 @@ use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::user_data::UserDataPart;
 use machine_core::{
-    Completion, CompletionCheck, Composer, ComposerSettings, ErrorKind, FailurePolicy, Labels,
-    Machine, MachineName, MachineProvisioner, MachineSpec, Phase, Result, SentinelFile, Transport,
+    Completion, CompletionCheck, Composer, ComposerSettings, ErrorKind, ExecOutput, FailurePolicy,
+    Labels, Machine, MachineName, MachineProvisioner, MachineSpec, Phase, Result, SentinelFile,
+    Transport,
 };
 
 fn template() -> MachineSpec {
@@ -71,9 +72,16 @@ impl Fleet {
     }
 
     fn composer(&self, base: &str, app: &str) -> Composer {
-        Composer::builder(self.provider.clone())
-            .coupled(layer("base", base))
-            .decoupled(layer("app", app))
+        self.composer_of(base, vec![layer("app", app)])
+    }
+
+    /// A composer of the coupled layer `base` and the decoupled `layers`.
+    fn composer_of(&self, base: &str, layers: Vec<Arc<StepLayer>>) -> Composer {
+        let mut builder = Composer::builder(self.provider.clone()).coupled(layer("base", base));
+        for l in layers {
+            builder = builder.decoupled(l);
+        }
+        builder
             .connector(Arc::new(SimConnector::new(self.cloud.clone())))
             .completion(Arc::new(Counted(
                 SentinelFile::default(),
@@ -304,6 +312,161 @@ async fn a_decoupled_change_is_applied_in_place_one_machine_at_a_time() {
         assert_eq!(
             host.file_text("/etc/app").as_deref(),
             Some("a2"),
+            "{}",
+            m.name
+        );
+    }
+}
+
+/// The number of in-place updates a step decided.
+fn in_place(decisions: &[String]) -> usize {
+    decisions
+        .iter()
+        .filter(|d| d.starts_with("update") && d.contains("in place"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_layer_added_while_no_process_ran_is_rolled_out_one_machine_at_a_time() {
+    let f = Fleet::new();
+    let rollout = Rollout::default().with_max_unavailable(IntOrPercent::Int(0));
+    let r = FleetReconciler::new(f.composer("b1", "a1"), set(3).with_rollout(rollout)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    drop(r);
+    // A new process, whose template has one more decoupled layer: to the machines'
+    // records it looks like a bootstrap cut short after the app layer, but each
+    // finished its set of layers, so the new one is a change, rolled out at its pace.
+    let r = FleetReconciler::new(
+        f.composer_of("b1", vec![layer("app", "a1"), layer("extra", "x1")]),
+        set(3).with_rollout(rollout),
+    )
+    .unwrap();
+    let mut updates = 0;
+    for _ in 0..50 {
+        let done = r.reconcile().await.unwrap();
+        updates += in_place(&done.decisions);
+        let with = f
+            .machines()
+            .await
+            .iter()
+            .filter(|m| {
+                f.cloud
+                    .host(&m.provider_id)
+                    .unwrap()
+                    .file_text("/etc/extra")
+                    .is_some()
+            })
+            .count();
+        assert!(
+            with <= updates,
+            "{with} machines got the layer, {updates} updates decided: {:?}",
+            done.decisions
+        );
+        if !done
+            .status
+            .condition(conditions::PROGRESSING)
+            .unwrap()
+            .status
+        {
+            break;
+        }
+    }
+    assert_eq!(updates, 3, "each machine updated in place once");
+    for m in f.machines().await {
+        let host = f.cloud.host(&m.provider_id).unwrap();
+        assert_eq!(
+            host.file_text("/etc/extra").as_deref(),
+            Some("x1"),
+            "{}",
+            m.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_paused_rollout_stays_paused_in_a_new_process_given_the_last_status() {
+    let f = Fleet::new();
+    let rollout = Rollout::default().with_max_unavailable(IntOrPercent::Int(0));
+    let mut r = FleetReconciler::new(f.composer("b1", "a1"), set(3).with_rollout(rollout)).unwrap();
+    converge(&r, 20, |_| {}).await;
+    // An app layer whose command fails on every machine.
+    f.cloud.on_exec(
+        "start-app-v2",
+        ExecOutput::new(Some(3), Vec::new(), b"app v2 broke".to_vec()),
+    );
+    let broken = || {
+        f.composer_of(
+            "b1",
+            vec![Arc::new(
+                StepLayer::new(
+                    "app",
+                    vec![
+                        Step::write_file("/etc/app", "a2"),
+                        Step::run("start-app-v2"),
+                    ],
+                )
+                .unwrap(),
+            )],
+        )
+    };
+    r.update(broken(), set(3).with_rollout(rollout)).unwrap();
+    let mut updated = 0;
+    let mut last = None;
+    for _ in 0..50 {
+        let done = r.reconcile().await.unwrap();
+        updated += in_place(&done.decisions);
+        if done
+            .status
+            .condition(conditions::ROLLOUT_PAUSED)
+            .unwrap()
+            .status
+        {
+            last = Some(done.status);
+            break;
+        }
+    }
+    let last = last.expect("the rollout never paused");
+    assert_eq!(updated, 1, "the rollout paused at its first machine");
+    let why = &last.condition(conditions::ROLLOUT_PAUSED).unwrap().message;
+    assert!(why.contains("app v2 broke"), "{why}");
+    drop(r);
+
+    // A new process given the last status: still paused, nothing else tried.
+    let again = FleetReconciler::new(broken(), set(3).with_rollout(rollout)).unwrap();
+    again.resume(&last);
+    for _ in 0..5 {
+        let done = again.reconcile().await.unwrap();
+        assert_eq!(
+            in_place(&done.decisions),
+            0,
+            "the rollout went on: {:?}",
+            done.decisions
+        );
+        let paused = done.status.condition(conditions::ROLLOUT_PAUSED).unwrap();
+        assert!(paused.status && paused.message == *why, "{paused:?}");
+    }
+    // Without it, a new process tries the failing template on the next machine.
+    let forgetful = FleetReconciler::new(broken(), set(3).with_rollout(rollout)).unwrap();
+    let mut tried = 0;
+    for _ in 0..5 {
+        tried += in_place(&forgetful.reconcile().await.unwrap().decisions);
+    }
+    assert!(
+        tried > 0,
+        "the forgetful process did not go on: the test proves nothing"
+    );
+    // A new template resumes a resumed pause as it does a remembered one.
+    let mut fixed = FleetReconciler::new(broken(), set(3).with_rollout(rollout)).unwrap();
+    fixed.resume(&last);
+    fixed
+        .update(f.composer("b1", "a3"), set(3).with_rollout(rollout))
+        .unwrap();
+    converge(&fixed, 50, |_| {}).await;
+    for m in f.machines().await {
+        let host = f.cloud.host(&m.provider_id).unwrap();
+        assert_eq!(
+            host.file_text("/etc/app").as_deref(),
+            Some("a3"),
             "{}",
             m.name
         );

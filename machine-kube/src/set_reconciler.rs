@@ -385,6 +385,9 @@ async fn apply(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
         }),
         None => build().and_then(|(c, set)| {
             let reconciler = FleetReconciler::new(c, set).map_err(in_spec)?;
+            // New to this process (a restart, another replica taking over): a rollout
+            // the last one paused stays paused.
+            reconciler.resume(&last_fleet_status(w.obj.status.as_ref()));
             *fleet = Some(Fleet::new(from, reconciler));
             Ok(())
         }),
@@ -466,6 +469,28 @@ async fn apply(w: &mut SetWriter<'_>) -> Result<Action, ReconcileError> {
         after = after.min(poll);
     }
     Ok(Action::requeue(after))
+}
+
+/// What [`FleetReconciler::resume`] reads of the fleet's last status, from the object's.
+fn last_fleet_status(status: Option<&MachineSetObjectStatus>) -> FleetStatus {
+    let mut last = FleetStatus::default();
+    if let Some(s) = status {
+        last.observed_revision = s.observed_revision.clone().unwrap_or_default();
+        last.conditions = s
+            .conditions
+            .iter()
+            .filter(|c| c.type_ == FC::ROLLOUT_PAUSED)
+            .map(|c| {
+                machine_core::Condition::now(
+                    &c.type_,
+                    c.status == ConditionStatus::True,
+                    &c.reason,
+                    c.message.clone(),
+                )
+            })
+            .collect();
+    }
+    last
 }
 
 /// The counts of `fleet` in `status`.

@@ -21,7 +21,8 @@ use machine_core::fleet::SET_LABEL;
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
-    Composer, ComposerSettings, Error, Labels, Machine, MachineProvisioner, SentinelFile,
+    Composer, ComposerSettings, Error, ExecOutput, Labels, Machine, MachineProvisioner,
+    SentinelFile,
 };
 use machine_kube::{
     Context, FINALIZER, MachineObject, MachineSetObject, PROVIDER_ANNOTATION, Registry,
@@ -137,8 +138,9 @@ impl World {
 }
 
 /// Provider `sim` (with a connector), and `bare` (without one); layers `a` and `b`
-/// decoupled (each writes /etc/<name>), `base` coupled; a completion check when both
-/// kinds meet. Polls every 10 ms, so that a fleet's requeue is quick.
+/// decoupled (each writes /etc/<name>), `broken` decoupled (runs `start-broken`, which
+/// fails where a test makes it), `base` coupled; a completion check when both kinds
+/// meet. Polls every 10 ms, so that a fleet's requeue is quick.
 fn registry(sim: Arc<SimProvider>, cloud: &SimCloud) -> Registry {
     registry_polling(sim, cloud, Duration::from_millis(10))
 }
@@ -160,10 +162,13 @@ fn registry_polling(sim: Arc<SimProvider>, cloud: &SimCloud, poll: Duration) -> 
         };
         let (mut coupled, mut decoupled) = (false, false);
         for (i, layer) in layers.iter().enumerate() {
-            let steps = vec![Step::write_file(format!("/etc/{layer}"), "here\n")];
+            let mut steps = vec![Step::write_file(format!("/etc/{layer}"), "here\n")];
+            if layer == "broken" {
+                steps.push(Step::run("start-broken"));
+            }
             let made = Arc::new(StepLayer::new(layer.as_str(), steps)?);
             builder = match layer.as_str() {
-                "a" | "b" => {
+                "a" | "b" | "broken" => {
                     decoupled = true;
                     builder.decoupled(made)
                 }
@@ -709,6 +714,67 @@ async fn a_decoupled_change_is_applied_in_place_without_a_new_machine() {
         assert_eq!(o["status"]["applied"]["layers"], json!(["a", "b"]), "{o}");
         assert_eq!(condition(o, "SpecApplied")["status"], "True", "{o}");
     }
+}
+
+#[tokio::test]
+async fn a_paused_rollout_stays_paused_when_the_controller_restarts() {
+    let w = World::new().await;
+    w.cloud.on_exec(
+        "start-broken",
+        ExecOutput::new(Some(3), Vec::new(), b"broken layer".to_vec()),
+    );
+    w.api.insert_set(set_object(
+        "pz",
+        3,
+        template(&["a"], json!({})),
+        json!({ "strategy": { "maxUnavailable": 1 } }),
+    ));
+    w.until("pz", settled(3), |_| {}).await;
+    let events_before = w.api.events(NS).len();
+    w.api.patch_set_spec(
+        NS,
+        "pz",
+        json!({ "template": { "spec": { "layers": ["a", "broken"] } } }),
+    );
+    let paused =
+        |o: Option<&Value>| o.is_some_and(|o| condition(o, "RolloutPaused")["status"] == "True");
+    w.until("pz", paused, |_| {}).await;
+    let updates = |w: &World| {
+        w.api.events(NS)[events_before..]
+            .iter()
+            .filter(|e| e["reason"] == "UpdatingInPlace")
+            .count()
+    };
+    assert_eq!(updates(&w), 1, "the rollout paused at its first machine");
+    // Each step in a process of its own: the pause holds.
+    for _ in 0..5 {
+        let fresh = Arc::new(Context::new(
+            w.client.clone(),
+            registry(w.sim.clone(), &w.cloud),
+        ));
+        let obj: MachineSetObject = serde_json::from_value(w.api.set(NS, "pz").unwrap()).unwrap();
+        reconcile_set(Arc::new(obj), fresh).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        updates(&w),
+        1,
+        "a restarted controller went on with the rollout"
+    );
+    let others: Vec<String> = w.api.events(NS)[events_before..]
+        .iter()
+        .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+        .filter(|n| !n.contains("pz-0-0"))
+        .collect();
+    assert!(others.is_empty(), "other machines were touched: {others:?}");
+    let stored = w.api.set(NS, "pz").unwrap();
+    assert!(paused(Some(&stored)), "{stored:#}");
+    assert!(
+        condition(&stored, "RolloutPaused")["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("broken layer")),
+        "{stored:#}"
+    );
 }
 
 #[tokio::test]

@@ -106,6 +106,32 @@ impl Bootstrapper {
         &self.layers
     }
 
+    /// The digest of the decoupled layers as a set, for `machine` (see
+    /// [`crate::revision::LAYER_SET_PATH`]).
+    pub fn layer_set_digest(&self, machine: &Machine) -> String {
+        let digests: Vec<Option<String>> = self.layers.iter().map(|l| l.digest(machine)).collect();
+        crate::revision::layer_set_digest(
+            self.layers
+                .iter()
+                .zip(&digests)
+                .map(|(l, d)| (l.name(), d.as_deref())),
+        )
+    }
+
+    /// Records that every layer is applied: the set's digest, on the machine.
+    async fn record_set(&self, machine: &Machine, transport: &dyn Transport) -> Result<()> {
+        transport
+            .upload(
+                &crate::transport::FileUpload::new(
+                    crate::revision::LAYER_SET_PATH,
+                    format!("{}\n", self.layer_set_digest(machine)),
+                )
+                .mode(0o644),
+            )
+            .await
+            .map_err(|e| e.context("recording the layers applied"))
+    }
+
     /// Whether there is nothing to do on any machine (no check, no layer), so no
     /// transport is needed.
     pub fn is_empty(&self) -> bool {
@@ -187,6 +213,9 @@ impl Bootstrapper {
                 write_digest(transport, name, &want).await?;
             }
             state.layers_done += 1;
+            if state.layers_done == self.layers.len() {
+                self.record_set(machine, transport).await?;
+            }
             machine.set_condition(&condition, true, C::APPLIED, "already applied");
             return Ok(BootstrapStep::AlreadyApplied(name.to_owned()));
         }
@@ -203,6 +232,9 @@ impl Bootstrapper {
             write_digest(transport, name, want).await?;
         }
         state.layers_done += 1;
+        if state.layers_done == self.layers.len() {
+            self.record_set(machine, transport).await?;
+        }
         let why = if changed {
             "applied again: the layer changed"
         } else {

@@ -26,7 +26,9 @@
 //! memory alone: a reconciler killed at any point, or two at once, compute the same
 //! names, and create is idempotent by name. The reconciler's memory (which machines it
 //! saw Ready with which layers, probe results) only saves calls; a new process verifies
-//! each machine once.
+//! each machine once. The one thing a listing cannot show, that a rollout paused at a
+//! failing template, is in the status each step returns: a caller that keeps it hands
+//! it to the next process's reconciler ([`FleetReconciler::resume`]).
 
 mod names;
 mod reconciler;

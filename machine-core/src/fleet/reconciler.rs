@@ -95,8 +95,9 @@ impl std::fmt::Debug for FleetReconciler {
     }
 }
 
-/// What the reconciler remembers between steps; only ever a saving: a new process
-/// starts empty and verifies each machine once.
+/// What the reconciler remembers between steps; a saving, but for a paused rollout: a
+/// new process starts empty and verifies each machine once, and takes a pause from the
+/// last status it is given ([`FleetReconciler::resume`]).
 #[derive(Default)]
 struct Memo {
     machines: HashMap<MachineName, Seen>,
@@ -236,10 +237,12 @@ enum Work {
 enum Outcome {
     Deleted(MachineName, Result<()>),
     Stepped(Box<Stepped>),
+    /// A machine, its expected layer digests, and the recorded ones with the last set
+    /// it finished.
     Verified(
         Box<Machine>,
         Vec<Option<String>>,
-        Result<Vec<Option<String>>>,
+        Result<(Vec<Option<String>>, Option<String>)>,
     ),
     Probed(MachineName, bool),
 }
@@ -272,6 +275,21 @@ impl FleetReconciler {
         self.set = set;
         self.lock().expected.clear();
         Ok(())
+    }
+
+    /// Carries over, from this set's last status as an earlier process returned it (the
+    /// caller keeps it: machine-kube in the object's status), what the listing cannot
+    /// show: a rollout paused at the template this reconciler has stays paused, where a
+    /// new process would otherwise try the failing template on the next machine (the
+    /// failed one may be gone or repaired). A new template resumes it as usual. Counts
+    /// and every other decision still come from the listing.
+    pub fn resume(&self, last: &FleetStatus) {
+        if let Some(c) = last
+            .condition(FC::ROLLOUT_PAUSED)
+            .filter(|c| c.status && !last.observed_revision.is_empty())
+        {
+            self.lock().paused = Some((last.observed_revision.clone(), c.message.clone()));
+        }
     }
 
     /// The desired state.
@@ -1073,21 +1091,28 @@ impl FleetReconciler {
         }
     }
 
-    /// The layer digests recorded on `m` (`None` where a layer has none), read over
-    /// the composer's connector.
-    async fn recorded_digests(&self, m: &Machine) -> Result<Vec<Option<String>>> {
+    /// The layer digests recorded on `m` (`None` where a layer has none), and the
+    /// digest of the last set of layers it finished ([`revision::LAYER_SET_PATH`]), read
+    /// over the composer's connector.
+    async fn recorded_digests(&self, m: &Machine) -> Result<(Vec<Option<String>>, Option<String>)> {
         let layers = self.composer.bootstrapper().layers();
         let Some(connector) = self.composer.connector() else {
-            return Ok(vec![None; layers.len()]);
+            return Ok((vec![None; layers.len()], None));
         };
         let transport = connector.connect(m).await?;
+        let read = |path: String| {
+            let transport = &transport;
+            async move {
+                let have = transport.read_file(&path, 1024).await?;
+                Ok::<_, crate::Error>(have.map(|b| String::from_utf8_lossy(&b).trim().to_owned()))
+            }
+        };
         let mut recorded = Vec::with_capacity(layers.len());
         for layer in layers {
-            let path = revision::layer_digest_path(layer.name());
-            let have = transport.read_file(&path, 1024).await?;
-            recorded.push(have.map(|b| String::from_utf8_lossy(&b).trim().to_owned()));
+            recorded.push(read(revision::layer_digest_path(layer.name())).await?);
         }
-        Ok(recorded)
+        let set = read(revision::LAYER_SET_PATH.to_owned()).await?;
+        Ok((recorded, set))
     }
 
     /// Whether `m` answers its probe: a connection, and the command's exit 0.
@@ -1181,15 +1206,22 @@ impl FleetReconciler {
                 }
             }
             Outcome::Verified(m, expected, r) => match r {
-                Ok(recorded) => {
+                Ok((recorded, set)) => {
                     let seen = memo
                         .machines
                         .entry(m.name.clone())
                         .or_insert_with(|| Seen::new(m.provider_id.clone()));
-                    let changed = recorded
-                        .iter()
-                        .zip(&expected)
-                        .any(|(have, want)| have.is_some() && have != want);
+                    let changed = match set {
+                        // It finished a set of layers: another set is a change, a layer
+                        // added to the template included.
+                        Some(set) => set != self.composer.bootstrapper().layer_set_digest(&m),
+                        // On its way to its first set (or made before sets were
+                        // recorded): only a layer recorded otherwise is a change.
+                        None => recorded
+                            .iter()
+                            .zip(&expected)
+                            .any(|(have, want)| have.is_some() && have != want),
+                    };
                     if changed {
                         // Bootstrapped before (its layers left records) with a layer that
                         // changed since: Ready with what it has, so that its in-place
