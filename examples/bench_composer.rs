@@ -2,22 +2,43 @@
 //! composer, with a coupled step layer and a decoupled step layer, on one core.
 //!
 //! ```text
-//! cargo run --release -p examples --example bench_composer [-- MACHINES [CONCURRENCY]]
+//! cargo run --release -p examples --example bench_composer [-- [--runcmd N] MACHINES [CONCURRENCY]]
 //! ```
 //!
-//! Prints machines per second and peak RSS (VmHWM from /proc/self/status).
+//! `--runcmd N` adds a third coupled layer, a cloud-config whose `runcmd` holds N
+//! commands, so that the composer composes `runcmd` (strict part, markers); without it
+//! (N = 0) the user data has no `runcmd`.
+//!
+//! Prints machines per second, the user data of one machine, the time to make the user
+//! data alone (after the run, every machine's again) and peak RSS (VmHWM from
+//! /proc/self/status).
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
+use bootstrap_cloudinit::{CloudConfig, CloudConfigLayer};
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{CancellationToken, Composer, MachineName, MachineSpec, SentinelFile};
 
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut runcmd = 0usize;
+    let mut rest = Vec::new();
+    let mut all = std::env::args().skip(1);
+    while let Some(a) = all.next() {
+        if a == "--runcmd" {
+            runcmd = all
+                .next()
+                .context("--runcmd N")?
+                .parse()
+                .context("--runcmd N")?;
+        } else {
+            rest.push(a);
+        }
+    }
+    let mut args = rest.into_iter();
     let machines: usize = args
         .next()
         .map_or(Ok(10_000), |a| a.parse())
@@ -49,8 +70,14 @@ fn main() -> anyhow::Result<()> {
                 Step::run("systemctl start app"),
             ],
         )?;
-        let composer = Composer::builder(provider)
-            .coupled(Arc::new(base))
+        let mut builder = Composer::builder(provider).coupled(Arc::new(base));
+        if runcmd > 0 {
+            let config = (0..runcmd).fold(CloudConfig::new(), |c, i| {
+                c.with_runcmd(format!("systemctl enable --now bench-service-{i}.service"))
+            });
+            builder = builder.coupled(Arc::new(CloudConfigLayer::new("platform", config)?));
+        }
+        let composer = builder
             .decoupled(Arc::new(app))
             .connector(Arc::new(SimConnector::new(cloud.clone())))
             .completion(Arc::new(SentinelFile::default()))
@@ -58,6 +85,7 @@ fn main() -> anyhow::Result<()> {
         let specs = (0..machines)
             .map(|i| MachineName::new(format!("bench-{i:06}")).map(MachineSpec::new))
             .collect::<Result<Vec<_>, _>>()?;
+        let sample = composer.user_data(&specs[0])?.context("no user data")?;
         let rss_before = peak_rss_kib();
 
         let start = Instant::now();
@@ -68,9 +96,27 @@ fn main() -> anyhow::Result<()> {
 
         let failed = results.iter().filter(|r| r.outcome.is_err()).count();
         anyhow::ensure!(failed == 0, "{failed} machines failed");
+        // The user data alone (compose, assemble, fit), as the composer makes it for
+        // each create, without the simulator.
+        let compose_start = Instant::now();
+        for spec in &specs {
+            std::hint::black_box(composer.user_data(spec)?);
+        }
+        let compose = compose_start.elapsed();
         let rate = machines as f64 / elapsed.as_secs_f64();
         println!("machines:          {machines}");
         println!("concurrency:       {concurrency}");
+        println!("runcmd commands:   {runcmd}");
+        println!(
+            "user data:         {} bytes per machine ({:?}, {:?})",
+            sample.bytes.len(),
+            sample.format,
+            sample.encoding
+        );
+        println!(
+            "user data alone:   {:.1} us per machine",
+            compose.as_secs_f64() * 1e6 / machines as f64
+        );
         println!("provider calls:    {}", cloud.api_calls());
         println!("wall time:         {:.3} s", elapsed.as_secs_f64());
         println!("machines/s:        {rate:.0} (one core)");
