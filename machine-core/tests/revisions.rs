@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use machine_core::revision::{REVISION_LABEL, layer_digest_path};
+use machine_core::revision::{LAYER_SET_PATH, REVISION_LABEL, layer_digest_path};
 use machine_core::sim::{SimCloud, SimConfig, SimConnector, SimProvider};
 use machine_core::steps::{Step, StepLayer};
 use machine_core::{
@@ -105,6 +105,8 @@ struct AppConfig {
     content: String,
     applies: AtomicUsize,
     asked: AtomicUsize,
+    /// Whether it gives a digest.
+    digested: bool,
 }
 
 impl AppConfig {
@@ -113,6 +115,15 @@ impl AppConfig {
             content: content.to_owned(),
             applies: AtomicUsize::new(0),
             asked: AtomicUsize::new(0),
+            digested: true,
+        })
+    }
+
+    /// The layer without a digest: only its own `is_applied` says.
+    fn undigested(content: &str) -> Arc<Self> {
+        Arc::new(AppConfig {
+            digested: false,
+            ..Arc::into_inner(Self::new(content)).unwrap()
         })
     }
 }
@@ -137,7 +148,8 @@ impl DecoupledSoftware for AppConfig {
     }
 
     fn digest(&self, _m: &Machine) -> Option<String> {
-        Some(machine_core::revision::digest(self.content.as_bytes()))
+        self.digested
+            .then(|| machine_core::revision::digest(self.content.as_bytes()))
     }
 }
 
@@ -167,6 +179,12 @@ async fn a_changed_decoupled_layer_is_applied_again_in_place_and_an_unchanged_on
             .unwrap()
             .trim(),
         machine_core::revision::digest(b"v1\n")
+    );
+    // And the set of layers it finished.
+    let set = |c: &Composer, m: &Machine| c.bootstrapper().layer_set_digest(m);
+    assert_eq!(
+        host().file_text(LAYER_SET_PATH).unwrap().trim(),
+        set(&composer(v1.clone()), &done.machine)
     );
 
     // Unchanged: the recorded digest answers; the layer is not asked.
@@ -211,4 +229,29 @@ async fn a_changed_decoupled_layer_is_applied_again_in_place_and_an_unchanged_on
     assert_eq!(v2_again.asked.load(Ordering::SeqCst), 1);
     assert_eq!(v2_again.applies.load(Ordering::SeqCst), 0);
     assert!(host().file_text(&p).is_some(), "the record was written");
+    assert_eq!(
+        host().file_text(LAYER_SET_PATH).unwrap().trim(),
+        set(&composer(v2_again.clone()), &m),
+        "the set record follows the update"
+    );
+}
+
+#[tokio::test]
+async fn layers_without_digests_record_nothing_on_the_machine() {
+    let cloud = SimCloud::new();
+    let done = Composer::builder(sim(&cloud))
+        .decoupled(AppConfig::undigested("v1\n"))
+        .connector(Arc::new(SimConnector::new(cloud.clone())))
+        .build()
+        .unwrap()
+        .provision(&spec("plain-1"), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(done.machine.phase, Phase::Ready);
+    let host = cloud.host(&done.machine.provider_id).unwrap();
+    assert!(host.file_text(&layer_digest_path("app-config")).is_none());
+    assert!(
+        host.file_text(LAYER_SET_PATH).is_none(),
+        "a set record where no layer has a digest"
+    );
 }

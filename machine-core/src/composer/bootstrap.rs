@@ -118,8 +118,13 @@ impl Bootstrapper {
         )
     }
 
-    /// Records that every layer is applied: the set's digest, on the machine.
+    /// Records that every layer is applied: the set's digest, on the machine. Layers
+    /// without digests record nothing (a fleet does not compare them), so a composer of
+    /// such layers writes nowhere it did not before.
     async fn record_set(&self, machine: &Machine, transport: &dyn Transport) -> Result<()> {
+        if self.layers.iter().all(|l| l.digest(machine).is_none()) {
+            return Ok(());
+        }
         transport
             .upload(
                 &crate::transport::FileUpload::new(
