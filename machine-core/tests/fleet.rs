@@ -249,8 +249,7 @@ async fn a_coupled_change_replaces_every_machine_never_below_the_floor() {
 #[tokio::test]
 async fn a_decoupled_change_is_applied_in_place_one_machine_at_a_time() {
     let f = Fleet::new();
-    let rollout = Rollout::default().with_max_unavailable(IntOrPercent::Int(0));
-    let mut r = FleetReconciler::new(f.composer("b1", "a1"), set(3).with_rollout(rollout)).unwrap();
+    let mut r = FleetReconciler::new(f.composer("b1", "a1"), one_at_a_time()).unwrap();
     converge(&r, 20, |_| {}).await;
     let before: BTreeMap<_, _> = f
         .machines()
@@ -259,17 +258,12 @@ async fn a_decoupled_change_is_applied_in_place_one_machine_at_a_time() {
         .map(|m| (m.name.clone(), m.provider_id))
         .collect();
 
-    r.update(f.composer("b1", "a2"), set(3).with_rollout(rollout))
-        .unwrap();
+    r.update(f.composer("b1", "a2"), one_at_a_time()).unwrap();
     let checks = f.completion_checks.load(Ordering::SeqCst);
     let mut updates = 0;
     for _ in 0..50 {
         let done = r.reconcile().await.unwrap();
-        let now = done
-            .decisions
-            .iter()
-            .filter(|d| d.starts_with("update") && d.contains("in place"))
-            .count();
+        let now = in_place(&done.decisions);
         assert!(
             now <= 1,
             "more than one machine updated at once: {:?}",
@@ -318,6 +312,11 @@ async fn a_decoupled_change_is_applied_in_place_one_machine_at_a_time() {
     }
 }
 
+/// Three machines, updated one at a time (`maxUnavailable` 0).
+fn one_at_a_time() -> MachineSet {
+    set(3).with_rollout(Rollout::default().with_max_unavailable(IntOrPercent::Int(0)))
+}
+
 /// The number of in-place updates a step decided.
 fn in_place(decisions: &[String]) -> usize {
     decisions
@@ -329,8 +328,7 @@ fn in_place(decisions: &[String]) -> usize {
 #[tokio::test]
 async fn a_layer_added_while_no_process_ran_is_rolled_out_one_machine_at_a_time() {
     let f = Fleet::new();
-    let rollout = Rollout::default().with_max_unavailable(IntOrPercent::Int(0));
-    let r = FleetReconciler::new(f.composer("b1", "a1"), set(3).with_rollout(rollout)).unwrap();
+    let r = FleetReconciler::new(f.composer("b1", "a1"), one_at_a_time()).unwrap();
     converge(&r, 20, |_| {}).await;
     drop(r);
     // A new process, whose template has one more decoupled layer: to the machines'
@@ -338,7 +336,7 @@ async fn a_layer_added_while_no_process_ran_is_rolled_out_one_machine_at_a_time(
     // finished its set of layers, so the new one is a change, rolled out at its pace.
     let r = FleetReconciler::new(
         f.composer_of("b1", vec![layer("app", "a1"), layer("extra", "x1")]),
-        set(3).with_rollout(rollout),
+        one_at_a_time(),
     )
     .unwrap();
     let mut updates = 0;
@@ -386,8 +384,7 @@ async fn a_layer_added_while_no_process_ran_is_rolled_out_one_machine_at_a_time(
 #[tokio::test]
 async fn a_paused_rollout_stays_paused_in_a_new_process_given_the_last_status() {
     let f = Fleet::new();
-    let rollout = Rollout::default().with_max_unavailable(IntOrPercent::Int(0));
-    let mut r = FleetReconciler::new(f.composer("b1", "a1"), set(3).with_rollout(rollout)).unwrap();
+    let mut r = FleetReconciler::new(f.composer("b1", "a1"), one_at_a_time()).unwrap();
     converge(&r, 20, |_| {}).await;
     // An app layer whose command fails on every machine.
     f.cloud.on_exec(
@@ -409,7 +406,7 @@ async fn a_paused_rollout_stays_paused_in_a_new_process_given_the_last_status() 
             )],
         )
     };
-    r.update(broken(), set(3).with_rollout(rollout)).unwrap();
+    r.update(broken(), one_at_a_time()).unwrap();
     let mut updated = 0;
     let mut last = None;
     for _ in 0..50 {
@@ -432,7 +429,7 @@ async fn a_paused_rollout_stays_paused_in_a_new_process_given_the_last_status() 
     drop(r);
 
     // A new process given the last status: still paused, nothing else tried.
-    let again = FleetReconciler::new(broken(), set(3).with_rollout(rollout)).unwrap();
+    let again = FleetReconciler::new(broken(), one_at_a_time()).unwrap();
     again.resume(&last);
     for _ in 0..5 {
         let done = again.reconcile().await.unwrap();
@@ -446,7 +443,7 @@ async fn a_paused_rollout_stays_paused_in_a_new_process_given_the_last_status() 
         assert!(paused.status && paused.message == *why, "{paused:?}");
     }
     // Without it, a new process tries the failing template on the next machine.
-    let forgetful = FleetReconciler::new(broken(), set(3).with_rollout(rollout)).unwrap();
+    let forgetful = FleetReconciler::new(broken(), one_at_a_time()).unwrap();
     let mut tried = 0;
     for _ in 0..5 {
         tried += in_place(&forgetful.reconcile().await.unwrap().decisions);
@@ -456,10 +453,10 @@ async fn a_paused_rollout_stays_paused_in_a_new_process_given_the_last_status() 
         "the forgetful process did not go on: the test proves nothing"
     );
     // A new template resumes a resumed pause as it does a remembered one.
-    let mut fixed = FleetReconciler::new(broken(), set(3).with_rollout(rollout)).unwrap();
+    let mut fixed = FleetReconciler::new(broken(), one_at_a_time()).unwrap();
     fixed.resume(&last);
     fixed
-        .update(f.composer("b1", "a3"), set(3).with_rollout(rollout))
+        .update(f.composer("b1", "a3"), one_at_a_time())
         .unwrap();
     converge(&fixed, 50, |_| {}).await;
     for m in f.machines().await {
