@@ -293,12 +293,12 @@ async fn a_fleet_of_real_machines_updates_in_place_replaces_for_coupled_changes_
             .condition(conditions::ROLLOUT_PAUSED)
             .expect("a RolloutPaused condition");
         if c.status {
-            paused = Some(c.message.clone());
+            paused = Some((c.message.clone(), done.status.clone()));
         }
         assert!(t.elapsed() < PHASE_LIMIT, "never paused: {updated:?}");
         tokio::time::sleep(POLL).await;
     }
-    let paused = paused.unwrap();
+    let (paused, last_status) = paused.unwrap();
     assert_eq!(updated.len(), 1, "{updated:?}");
     let failed: MachineName = MachineName::new(
         updated[0]
@@ -332,6 +332,27 @@ async fn a_fleet_of_real_machines_updates_in_place_replaces_for_coupled_changes_
         );
         tokio::time::sleep(POLL).await;
     }
+    // A controller restarted now (a new process, given the last status) keeps the
+    // pause: it reads each machine's layer records over SSH and updates none.
+    let again = FleetReconciler::new(f.composer("base v1", app("v3", true)), f.set()).unwrap();
+    again.resume(&last_status);
+    for _ in 0..5 {
+        let done = step(&again).await;
+        assert_eq!(
+            count(&done.decisions, "update"),
+            0,
+            "the restarted controller went on with the rollout: {:?}",
+            done.decisions
+        );
+        assert!(
+            done.status
+                .condition(conditions::ROLLOUT_PAUSED)
+                .unwrap()
+                .status
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    drop(again);
     let now = ids(&f.live().await);
     for (name, id) in &others {
         assert_eq!(now.get(name), Some(id), "{name} was replaced");
