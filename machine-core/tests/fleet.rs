@@ -101,6 +101,21 @@ impl Fleet {
             .collect()
     }
 
+    /// A reconciler of [`one_at_a_time`] with layers `b1` and `a1`, its fleet converged.
+    async fn converged(&self) -> FleetReconciler {
+        let r = FleetReconciler::new(self.composer("b1", "a1"), one_at_a_time()).unwrap();
+        converge(&r, 20, |_| {}).await;
+        r
+    }
+
+    /// Asserts that every machine of the set has `path` with `content`.
+    async fn all_have(&self, path: &str, content: &str) {
+        for m in self.machines().await {
+            let host = self.cloud.host(&m.provider_id).unwrap();
+            assert_eq!(host.file_text(path).as_deref(), Some(content), "{}", m.name);
+        }
+    }
+
     async fn machines(&self) -> Vec<Machine> {
         self.provider
             .list(&Labels::from([(SET_LABEL.to_owned(), "web".to_owned())]))
@@ -249,8 +264,7 @@ async fn a_coupled_change_replaces_every_machine_never_below_the_floor() {
 #[tokio::test]
 async fn a_decoupled_change_is_applied_in_place_one_machine_at_a_time() {
     let f = Fleet::new();
-    let mut r = FleetReconciler::new(f.composer("b1", "a1"), one_at_a_time()).unwrap();
-    converge(&r, 20, |_| {}).await;
+    let mut r = f.converged().await;
     let before: BTreeMap<_, _> = f
         .machines()
         .await
@@ -328,9 +342,7 @@ fn in_place(decisions: &[String]) -> usize {
 #[tokio::test]
 async fn a_layer_added_while_no_process_ran_is_rolled_out_one_machine_at_a_time() {
     let f = Fleet::new();
-    let r = FleetReconciler::new(f.composer("b1", "a1"), one_at_a_time()).unwrap();
-    converge(&r, 20, |_| {}).await;
-    drop(r);
+    drop(f.converged().await);
     // A new process, whose template has one more decoupled layer: to the machines'
     // records it looks like a bootstrap cut short after the app layer, but each
     // finished its set of layers, so the new one is a change, rolled out at its pace.
@@ -370,22 +382,13 @@ async fn a_layer_added_while_no_process_ran_is_rolled_out_one_machine_at_a_time(
         }
     }
     assert_eq!(updates, 3, "each machine updated in place once");
-    for m in f.machines().await {
-        let host = f.cloud.host(&m.provider_id).unwrap();
-        assert_eq!(
-            host.file_text("/etc/extra").as_deref(),
-            Some("x1"),
-            "{}",
-            m.name
-        );
-    }
+    f.all_have("/etc/extra", "x1").await;
 }
 
 #[tokio::test]
 async fn a_paused_rollout_stays_paused_in_a_new_process_given_the_last_status() {
     let f = Fleet::new();
-    let mut r = FleetReconciler::new(f.composer("b1", "a1"), one_at_a_time()).unwrap();
-    converge(&r, 20, |_| {}).await;
+    let mut r = f.converged().await;
     // An app layer whose command fails on every machine.
     f.cloud.on_exec(
         "start-app-v2",
@@ -459,15 +462,7 @@ async fn a_paused_rollout_stays_paused_in_a_new_process_given_the_last_status() 
         .update(f.composer("b1", "a3"), one_at_a_time())
         .unwrap();
     converge(&fixed, 50, |_| {}).await;
-    for m in f.machines().await {
-        let host = f.cloud.host(&m.provider_id).unwrap();
-        assert_eq!(
-            host.file_text("/etc/app").as_deref(),
-            Some("a3"),
-            "{}",
-            m.name
-        );
-    }
+    f.all_have("/etc/app", "a3").await;
 }
 
 #[tokio::test]
@@ -730,15 +725,7 @@ async fn a_plan_changes_nothing_and_a_fresh_reconciler_keeps_updating_one_at_a_t
         }
     }
     assert_eq!(updates, 3);
-    for m in f.machines().await {
-        let host = f.cloud.host(&m.provider_id).unwrap();
-        assert_eq!(
-            host.file_text("/etc/app").as_deref(),
-            Some("a2"),
-            "{}",
-            m.name
-        );
-    }
+    f.all_have("/etc/app", "a2").await;
 }
 
 /// A new process (a restarted controller, a new leader) does not know which machines

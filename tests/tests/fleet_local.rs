@@ -184,6 +184,27 @@ async fn converge(r: &FleetReconciler, mut each: impl FnMut(&FleetReconciled)) -
     }
 }
 
+/// Takes `steps` steps of `r`, each of which must update nothing and say the rollout
+/// is paused (`what` says otherwise).
+async fn stays_paused(r: &FleetReconciler, steps: usize, what: &str) {
+    for _ in 0..steps {
+        let done = step(r).await;
+        assert_eq!(
+            count(&done.decisions, "update"),
+            0,
+            "{what}: {:?}",
+            done.decisions
+        );
+        assert!(
+            done.status
+                .condition(conditions::ROLLOUT_PAUSED)
+                .unwrap()
+                .status
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 fn count(decisions: &[String], prefix: &str) -> usize {
     decisions.iter().filter(|d| d.starts_with(prefix)).count()
 }
@@ -316,42 +337,17 @@ async fn a_fleet_of_real_machines_updates_in_place_replaces_for_coupled_changes_
         .into_iter()
         .filter(|(n, _)| *n != failed)
         .collect();
-    for _ in 0..10 {
-        let done = step(&r).await;
-        assert_eq!(
-            count(&done.decisions, "update"),
-            0,
-            "the rollout went on: {:?}",
-            done.decisions
-        );
-        assert!(
-            done.status
-                .condition(conditions::ROLLOUT_PAUSED)
-                .unwrap()
-                .status
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    stays_paused(&r, 10, "the rollout went on").await;
     // A controller restarted now (a new process, given the last status) keeps the
     // pause: it reads each machine's layer records over SSH and updates none.
     let again = FleetReconciler::new(f.composer("base v1", app("v3", true)), f.set()).unwrap();
     again.resume(&last_status);
-    for _ in 0..5 {
-        let done = step(&again).await;
-        assert_eq!(
-            count(&done.decisions, "update"),
-            0,
-            "the restarted controller went on with the rollout: {:?}",
-            done.decisions
-        );
-        assert!(
-            done.status
-                .condition(conditions::ROLLOUT_PAUSED)
-                .unwrap()
-                .status
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    stays_paused(
+        &again,
+        5,
+        "the restarted controller went on with the rollout",
+    )
+    .await;
     drop(again);
     let now = ids(&f.live().await);
     for (name, id) in &others {
